@@ -1,0 +1,65 @@
+"""Our transformers engine on the tiny offline model, called directly (no Ray)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from toolkit.engines.transformers_engine import TransformersChatEngine, generate_texts
+
+CHOICES = ["Law Firm", "Healthcare", "Technology", "Retail", "Real Estate", "Other"]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_chat_model):
+    return TransformersChatEngine(str(tiny_chat_model), {"max_model_len": 256})
+
+
+def chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "Classify."}, {"role": "user", "content": text}]
+
+
+def test_choice_constraint_always_yields_one_of_the_choices(engine):
+    params = {"temperature": 0.0, "max_tokens": 16, "structured_outputs": {"choice": CHOICES}}
+    rows = [{"messages": chat(f"Company {i}"), "sampling_params": params, "error": None}
+            for i in range(12)]
+    out = generate_texts(engine, rows)
+    assert all(row["error"] is None for row in out)
+    assert {row["generated_text"] for row in out} <= set(CHOICES)
+
+
+def test_choice_constraint_holds_when_sampling_too(engine):
+    params = {"temperature": 1.5, "max_tokens": 16, "seed": 3,
+              "structured_outputs": {"choice": CHOICES}}
+    rows = [{"messages": chat(f"Company {i}"), "sampling_params": params} for i in range(12)]
+    assert {row["generated_text"] for row in generate_texts(engine, rows)} <= set(CHOICES)
+
+
+def test_regex_constraint_shapes_the_answer(engine):
+    params = {"temperature": 0.0, "max_tokens": 20,
+              "structured_outputs": {"regex": r"\d{2}-\d{2}-\d{4}"}}
+    out = generate_texts(engine, [{"messages": chat("Reformat 2021-03-04"), "sampling_params": params}])
+    assert re.fullmatch(r"\d{2}-\d{2}-\d{4}", out[0]["generated_text"])
+
+
+def test_unconstrained_generation_stops_at_max_tokens(engine):
+    params = {"temperature": 0.0, "max_tokens": 5}
+    out = generate_texts(engine, [{"messages": chat("hello"), "sampling_params": params}])
+    assert 1 <= out[0]["num_generated_tokens"] <= 5
+
+
+def test_over_long_prompts_and_earlier_errors_become_error_rows(engine):
+    params = {"temperature": 0.0, "max_tokens": 16, "structured_outputs": {"choice": CHOICES}}
+    rows = [
+        {"messages": chat("fine"), "sampling_params": params, "error": None},
+        {"messages": chat("word " * 400), "sampling_params": params, "error": None},
+        {"messages": chat("skipped"), "sampling_params": params, "error": "preprocess: blank"},
+    ]
+    ok, too_long, earlier = generate_texts(engine, rows)
+    assert ok["generated_text"] in CHOICES and ok["error"] is None
+    assert too_long["generated_text"] is None
+    assert re.match(r"prompt is \d+ tokens, longer than max_model_len 256", too_long["error"])
+    assert earlier == {
+        "generated_text": None, "num_generated_tokens": None, "error": "preprocess: blank"
+    }

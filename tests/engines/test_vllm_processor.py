@@ -1,0 +1,39 @@
+"""The vLLM engine is Ray Data LLM's processor built from our spec. vLLM itself only
+runs on GPU workers, so here we check what would be built, against a local model."""
+
+from __future__ import annotations
+
+from toolkit.engines.vllm_engine import build_vllm_processor
+from toolkit.job_definition import load_job
+from toolkit.pipeline import engine_sampling_params
+from toolkit.spec_loading import load_job_spec
+
+
+def test_text_industry_builds_the_seed_processor(local_ray, tiny_chat_model):
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
+    processor = build_vllm_processor(spec.engine)
+
+    assert processor.list_stage_names() == [
+        "ChatTemplateStage", "TokenizeStage", "vLLMEngineStage", "DetokenizeStage"
+    ]
+    stage = processor.get_stage_by_name("vLLMEngineStage")
+    assert stage.fn_constructor_kwargs["model"] == str(tiny_chat_model)
+    assert stage.fn_constructor_kwargs["engine_kwargs"]["max_model_len"] == 256
+    assert stage.fn_constructor_kwargs["batch_size"] == 256
+    assert stage.fn_constructor_kwargs["should_continue_on_error"] is True
+    assert stage.map_batches_kwargs["accelerator_type"] == "L4"
+    assert stage.map_batches_kwargs["num_gpus"] == 1
+    assert stage.map_batches_kwargs["compute"].max_size == 4
+
+
+def test_rows_ask_vllm_for_one_of_the_choices():
+    job = load_job("text-industry")
+    spec = load_job_spec(job)
+    params = engine_sampling_params(spec.sampling, job.structured_output(spec.options))
+    assert params == {
+        "temperature": 0.0,
+        "max_tokens": 16,
+        "top_p": 1.0,
+        "structured_outputs": {"choice": spec.options.choices},
+    }

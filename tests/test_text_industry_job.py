@@ -1,0 +1,36 @@
+"""text-industry's row functions are plain Python: no Ray, no model."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.text_industry import postprocess, preprocess
+from toolkit.job_definition import load_job
+from toolkit.spec_loading import load_job_spec
+
+OPTIONS = load_job_spec(load_job("text-industry")).options
+
+
+def test_preprocess_asks_about_the_company_and_lists_the_choices():
+    out = preprocess({"Index": 1, "Company": "Vega, Gibson and Rowland"}, OPTIONS)
+    system, user = out["messages"]
+    assert system["role"] == "system" and user["role"] == "user"
+    assert '"Vega, Gibson and Rowland"' in user["content"]
+    assert "Law Firm, Healthcare, Technology" in user["content"]
+
+
+@pytest.mark.parametrize("company", [None, "", "   "])
+def test_a_blank_company_is_rejected_with_the_column_named(company):
+    with pytest.raises(ValueError, match="column 'Company' is empty"):
+        preprocess({"Index": 1, "Company": company}, OPTIONS)
+
+
+def test_postprocess_keeps_only_allowed_answers():
+    assert postprocess({"generated_text": " Finance\n"}, OPTIONS) == {"inferred_industry": "Finance"}
+    with pytest.raises(ValueError, match="not one of the choices"):
+        postprocess({"generated_text": "Banking"}, OPTIONS)
+
+
+def test_the_constraint_is_the_choice_list():
+    job = load_job("text-industry")
+    assert job.structured_output(OPTIONS) == {"choice": OPTIONS.choices}

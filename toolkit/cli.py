@@ -1,0 +1,220 @@
+"""The ``toolkit`` command. Each command parses, calls one library function, prints.
+
+Heavy libraries (ray, torch, transformers) are imported only inside the commands
+that run a pipeline or talk to a cluster, so ``toolkit --help``, ``show`` and
+``render`` start in well under a second.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from toolkit.errors import ToolkitError, debug_enabled
+
+# Flag name -> dotted spec path. Only flags the user actually gave are applied.
+SPEC_FLAGS: dict[str, str] = {
+    "rows": "data.rows",
+    "input": "data.input",
+    "output": "data.output",
+    "partitions": "data.partitions",
+    "model": "engine.model",
+    "engine": "engine.kind",
+    "batch_size": "engine.batch_size",
+    "concurrency": "engine.concurrency",
+    "accelerator": "engine.accelerator_type",
+}
+
+
+def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every spec-taking command shares (run, show, render, submit)."""
+    options = [
+        click.argument("job"),
+        click.option("-f", "--file", "spec_file", type=click.Path(path_type=Path),
+                     help="YAML spec file: a copy of a template, or just the keys to change."),
+        click.option("--rows", help="Process the first N rows: 1000, 10k, 1M, 2_000_000 or 'all'."),
+        click.option("--input", help="Input path or URL (csv, parquet, jsonl), or sample:customers."),
+        click.option("--output", help="Output directory (local or s3://)."),
+        click.option("--partitions", help="Number of blocks to split the rows into."),
+        click.option("--model", help="Hugging Face id or local checkpoint directory."),
+        click.option("--engine", type=click.Choice(["vllm", "transformers"]),
+                     help="Inference engine: vllm (GPU) or transformers (CPU/small GPU)."),
+        click.option("--batch-size", help="Rows per engine batch."),
+        click.option("--concurrency", help="Number of engine workers (model replicas)."),
+        click.option("--accelerator", help="GPU type per engine worker, e.g. L4, A10G, H100."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Set any spec key, e.g. --set sampling.temperature=0.2 (repeatable)."),
+        click.option("--smoke", is_flag=True,
+                     help="Offline check: generated input and a tiny random-weight model on "
+                          "one CPU worker (results are not meaningful)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str, ...],
+                         smoke: bool, **flags: Any) -> tuple[Any, Any]:
+    from toolkit.job_definition import load_job
+    from toolkit.spec_loading import load_job_spec
+
+    job = load_job(job_name)
+    overrides = {SPEC_FLAGS[name]: value for name, value in flags.items() if value is not None}
+    spec = load_job_spec(job, spec_file=spec_file, overrides=overrides, sets=sets, smoke=smoke)
+    return job, spec
+
+
+def _spec_flag_values(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {name: kwargs.pop(name) for name in list(kwargs) if name in SPEC_FLAGS}
+
+
+class ToolkitGroup(click.Group):
+    """Turns unexpected exceptions into one paragraph (tracebacks with TOOLKIT_DEBUG=1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if debug_enabled():
+                raise
+            from toolkit.local_run import root_cause
+
+            raise ToolkitError(
+                f"Unexpected error: {root_cause(exc)}",
+                hint="Rerun with TOOLKIT_DEBUG=1 to see the traceback.",
+            ) from None
+
+
+@click.group(cls=ToolkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="batch-llm-toolkit")
+def main() -> None:
+    """Offline LLM and vision-LLM batch inference on Ray, in one command.
+
+    \b
+    Try it offline (generated data, tiny model, local Ray):
+      toolkit run text-industry --rows 1000 --smoke
+    Real model, your data:
+      toolkit run text-industry --rows 10k --input customers.csv \\
+          --model Qwen/Qwen2.5-0.5B-Instruct --engine transformers --output out/
+    See every setting of a job:
+      toolkit show text-industry
+
+    Specs are layered: templates/<job>.yaml, then -f FILE, then --smoke, then
+    flags, then --set KEY=VALUE; the result is validated once.
+    """
+
+
+@main.command("jobs")
+def jobs_command() -> None:
+    """List the jobs you can run."""
+    from toolkit.job_definition import list_jobs, load_job
+
+    for name in list_jobs():
+        click.echo(f"{name:16} {load_job(name).description}")
+
+
+@main.command("show")
+@spec_options
+def show_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
+                 **kwargs: Any) -> None:
+    """Print the full effective spec of JOB as YAML (after -f, flags and --set)."""
+    from toolkit.spec_loading import spec_to_yaml
+
+    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    click.echo(spec_to_yaml(spec), nl=False)
+
+
+@main.command("run")
+@spec_options
+@click.option("--overwrite", is_flag=True, help="Replace results already in the output directory.")
+@click.option("--address", help="Ray cluster to run the driver against (default: RAY_ADDRESS, "
+                                "else a local Ray started for this run).")
+def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
+                overwrite: bool, address: str | None, **kwargs: Any) -> None:
+    """Run JOB's pipeline from here, on a local Ray (or RAY_ADDRESS), and summarise it.
+
+    \b
+    Examples:
+      toolkit run text-industry --rows 1000 --smoke
+      toolkit run text-industry --input customers.csv --rows 10k --engine transformers \\
+          --model Qwen/Qwen2.5-0.5B-Instruct --output out/industry
+    """
+    from toolkit.local_run import run_job
+    from toolkit.reporting import SMOKE_WARNING, format_summary
+
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    click.echo(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
+               f"{spec.data.input} -> {spec.data.output}", err=True)
+    if spec.uses_sample_model:
+        click.echo(SMOKE_WARNING, err=True)
+
+    def show_dashboard(url: str | None) -> None:
+        if url:
+            click.echo(f"Ray Dashboard: {url}", err=True)
+
+    summary = run_job(job_def, spec, overwrite=overwrite, address=address,
+                      on_connected=show_dashboard)
+    click.echo(format_summary(summary))
+
+
+@main.group("samples")
+def samples_group() -> None:
+    """Generate sample data and tiny models for offline runs and tests."""
+
+
+@samples_group.command("customers")
+@click.option("--rows", default="1000", show_default=True, help="Rows to write: 1000, 10k, 1M.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="CSV file to write.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same rows.")
+def samples_customers(rows: str, output: Path, seed: int) -> None:
+    """Write customers in the schema of the Ray Data LLM example's customers CSV."""
+    import time
+
+    from toolkit.samples.customers import write_customers_csv
+    from toolkit.spec import parse_row_count
+
+    try:
+        count = parse_row_count(rows)
+    except ValueError as exc:
+        raise ToolkitError(f"--rows: {exc}") from None
+    if count is None:
+        raise ToolkitError("--rows: give a number of rows to generate, not 'all'.")
+    started = time.monotonic()
+    path = write_customers_csv(output, rows=count, seed=seed)
+    click.echo(f"Wrote {count:,} customers to {path} in {time.monotonic() - started:.1f} s.")
+
+
+@samples_group.command("model")
+@click.option("--kind", type=click.Choice(["chat", "vision"]), default="chat", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Directory to build into (default: the toolkit cache).")
+def samples_model(kind: str, output: Path | None) -> None:
+    """Build a tiny random-weight model (seconds, offline). Its outputs are noise."""
+    if kind == "chat":
+        from toolkit.samples.tiny_model import build_tiny_chat_model, tiny_chat_model_path
+
+        path = build_tiny_chat_model(output) if output else tiny_chat_model_path()
+    else:
+        from toolkit.samples.tiny_vision_model import (
+            build_tiny_vision_model,
+            tiny_vision_model_path,
+        )
+
+        path = build_tiny_vision_model(output) if output else tiny_vision_model_path()
+    click.echo(f"Tiny {kind} model ready at {path} (use it with --model {path}).")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    main(prog_name="toolkit")
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,235 @@
+"""The transformers engine: a Ray Data actor pool over Hugging Face ``generate``.
+
+Same row contract as Ray Data LLM's vLLM processor: ``messages`` and
+``sampling_params`` in, ``generated_text`` out, other columns carried through. It
+exists for CPUs and small GPUs, where vLLM doesn't run.
+
+Why it is fast enough to matter:
+- the model loads once per actor (class UDF), never per batch;
+- a whole Ray batch is one left-padded ``generate`` call with a KV cache, rather
+  than the row-at-a-time ``pipeline("text-generation")`` pattern;
+- structured outputs (``choice``/``regex``/``json``/``grammar``, vLLM's names) go
+  through xgrammar, the library vLLM itself uses, as a token mask at each step,
+  so a constrained answer needs only as many decode steps as its tokens and is
+  always valid; grammars are compiled once per actor and cached.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from toolkit.row_contract import (
+    ERROR_COLUMN,
+    MESSAGES_COLUMN,
+    SAMPLING_PARAMS_COLUMN,
+    object_column,
+    plain,
+    row_error,
+)
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+    from toolkit.spec import EngineConfig
+
+
+def structured_output_grammar(constraint: dict[str, Any]) -> tuple[str, str]:
+    """Map a vLLM ``structured_outputs`` dict to an xgrammar (kind, source) pair."""
+    if "choice" in constraint:
+        choices = [str(c) for c in constraint["choice"]]
+        alternatives = " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+        return "ebnf", f"root ::= {alternatives}"
+    if "regex" in constraint:
+        return "regex", str(constraint["regex"])
+    if "json" in constraint:
+        schema = constraint["json"]
+        return "json_schema", schema if isinstance(schema, str) else json.dumps(schema)
+    if "grammar" in constraint:
+        return "ebnf", str(constraint["grammar"])
+    raise ValueError(
+        f"unsupported structured_outputs {sorted(constraint)}; use choice, regex, json or grammar"
+    )
+
+
+class TransformersChatEngine:
+    """Ray Data class UDF: loads the model in ``__init__``, generates per batch."""
+
+    def __init__(
+        self,
+        model_source: str,
+        engine_kwargs: dict[str, Any],
+        use_gpu: bool = False,
+        num_threads: int = 1,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from toolkit.model_sources import resolve_model_source
+
+        torch.set_num_threads(max(1, num_threads))
+        path = resolve_model_source(model_source)
+        self.torch = torch
+        self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=engine_kwargs.get("dtype", "auto")
+        ).to(self.device)
+        self.model.eval()
+        config_limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_model_len = int(engine_kwargs.get("max_model_len") or config_limit or 4096)
+        self._compiler: Any = None
+        self._grammars: dict[str, Any] = {}
+
+    # -- structured outputs -------------------------------------------------
+    def _compiled_grammar(self, constraint: dict[str, Any]) -> Any:
+        key = json.dumps(constraint, sort_keys=True, default=str)
+        if key not in self._grammars:
+            import xgrammar as xgr
+
+            if self._compiler is None:
+                info = xgr.TokenizerInfo.from_huggingface(
+                    self.tokenizer, vocab_size=self.model.config.vocab_size
+                )
+                self._compiler = xgr.GrammarCompiler(info)
+            kind, source = structured_output_grammar(constraint)
+            compile_fn = {
+                "ebnf": self._compiler.compile_grammar,
+                "regex": self._compiler.compile_regex,
+                "json_schema": self._compiler.compile_json_schema,
+            }[kind]
+            self._grammars[key] = compile_fn(source)
+        return self._grammars[key]
+
+    # -- generation ---------------------------------------------------------
+    def _generate(
+        self, prompts: list[str], params: dict[str, Any]
+    ) -> list[tuple[str, int] | BaseException]:
+        """Generate for prompts sharing one set of sampling params: (text, tokens) per row."""
+        torch = self.torch
+        encoded = self.tokenizer(
+            prompts, return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(self.device)
+        prompt_len = encoded["input_ids"].shape[1]
+        max_new = min(int(params.get("max_tokens") or 16), max(1, self.max_model_len - prompt_len))
+        temperature = float(params.get("temperature") or 0.0)
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "do_sample": temperature > 0,
+        }
+        if temperature > 0:
+            kwargs["temperature"] = temperature
+            kwargs["top_p"] = float(params.get("top_p") or 1.0)
+            if params.get("seed") is not None:
+                torch.manual_seed(int(params["seed"]))
+        constraint = params.get("structured_outputs")
+        if constraint:
+            from xgrammar.contrib.hf import LogitsProcessor
+
+            # One processor per generate() call: it keeps per-row matcher state.
+            kwargs["logits_processor"] = [LogitsProcessor(self._compiled_grammar(constraint))]
+        with torch.inference_mode():
+            output = self.model.generate(**encoded, **kwargs)
+        new_tokens = output[:, prompt_len:]
+        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        counts = (new_tokens != self.tokenizer.pad_token_id).sum(dim=1).tolist()
+        return list(zip(texts, counts))
+
+    def _generate_isolating_failures(
+        self, prompts: list[str], params: dict[str, Any]
+    ) -> list[tuple[str, int] | BaseException]:
+        try:
+            return self._generate(prompts, params)
+        except Exception:  # noqa: BLE001 - retried row by row to find the culprit
+            if len(prompts) == 1:
+                raise
+        results: list[tuple[str, int] | BaseException] = []
+        for prompt in prompts:
+            try:
+                results.extend(self._generate([prompt], params))
+            except Exception as exc:  # noqa: BLE001 - becomes that row's error
+                results.append(exc)
+        return results
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        size = len(batch[MESSAGES_COLUMN])
+        errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
+        generated: list[str | None] = [None] * size
+        token_counts: list[int | None] = [None] * size
+        groups: dict[str, list[tuple[int, str]]] = {}
+        group_params: dict[str, dict[str, Any]] = {}
+        for i in range(size):
+            if errors[i]:
+                continue
+            messages = plain(batch[MESSAGES_COLUMN][i])
+            params = plain(batch[SAMPLING_PARAMS_COLUMN][i]) if SAMPLING_PARAMS_COLUMN in batch else {}
+            params = {k: v for k, v in (params or {}).items() if v is not None}
+            prompt = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+            n_tokens = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            if n_tokens > self.max_model_len:
+                errors[i] = (
+                    f"prompt is {n_tokens} tokens, longer than max_model_len "
+                    f"{self.max_model_len}"
+                )
+                continue
+            key = json.dumps(params, sort_keys=True, default=str)
+            group_params[key] = params
+            groups.setdefault(key, []).append((i, prompt))
+        for key, members in groups.items():
+            results = self._generate_isolating_failures([p for _, p in members], group_params[key])
+            for (i, _), result in zip(members, results):
+                if isinstance(result, BaseException):
+                    errors[i] = f"engine error: {type(result).__name__}: {result}"
+                else:
+                    generated[i], token_counts[i] = result
+        # The prompt columns are consumed here; carrying them on only costs memory.
+        batch.pop(MESSAGES_COLUMN)
+        batch.pop(SAMPLING_PARAMS_COLUMN, None)
+        batch["generated_text"] = object_column(generated)
+        batch["num_generated_tokens"] = object_column(token_counts)
+        batch[ERROR_COLUMN] = object_column(errors)
+        return batch
+
+
+def apply_transformers_engine(ds: "Dataset", engine: "EngineConfig") -> "Dataset":
+    """Run ``TransformersChatEngine`` over ``ds`` on ``engine.concurrency`` actors."""
+    use_gpu = engine.accelerator_type is not None
+    return ds.map_batches(
+        TransformersChatEngine,
+        fn_constructor_kwargs={
+            "model_source": engine.model,
+            "engine_kwargs": dict(engine.engine_kwargs),
+            "use_gpu": use_gpu,
+            "num_threads": max(1, int(engine.num_cpus)),
+        },
+        batch_size=engine.batch_size,
+        batch_format="numpy",
+        compute=_actor_pool(engine.concurrency),
+        num_cpus=engine.num_cpus,
+        num_gpus=1 if use_gpu else 0,
+        accelerator_type=engine.accelerator_type,
+    )
+
+
+def _actor_pool(concurrency: int) -> Any:
+    from ray.data import ActorPoolStrategy
+
+    return ActorPoolStrategy(size=concurrency)
+
+
+def generate_texts(
+    engine: TransformersChatEngine, rows: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Run the engine on plain rows without Ray (for tests and benchmarks)."""
+    batch = {key: object_column([row.get(key) for row in rows]) for key in rows[0]}
+    out = engine(batch)
+    return [{key: out[key][i] for key in out} for i in range(len(rows))]

@@ -1,0 +1,73 @@
+"""The toolkit's error family: each category has its own exit code and a hint.
+
+Other tools script against our exit codes, so they are a contract:
+
+==== =====================================================
+code meaning
+==== =====================================================
+0    success (for watched jobs: the job SUCCEEDED)
+1    unexpected error
+2    invalid spec, flag or input data (nothing was started)
+3    backend or cluster unreachable, or not logged in
+4    the job FAILED
+5    the job was STOPPED
+6    a bounded wait timed out
+==== =====================================================
+
+Tracebacks are shown only with ``TOOLKIT_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0", "false", "no")
+
+
+class ToolkitError(click.ClickException):
+    """Base class: a message saying what went wrong and a hint saying what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def format_message(self) -> str:
+        if self.hint:
+            return f"{self.message}\nHint: {self.hint}"
+        return self.message
+
+
+class SpecError(ToolkitError):
+    """The spec, a flag or a template is invalid. Nothing was started."""
+
+    exit_code = 2
+
+
+class InputDataError(ToolkitError):
+    """The input data is missing, unreadable or lacks a column the job needs."""
+
+    exit_code = 2
+
+
+class BackendUnavailableError(ToolkitError):
+    """The cluster or service can't be reached, or credentials are missing."""
+
+    exit_code = 3
+
+
+class JobFailedError(ToolkitError):
+    exit_code = 4
+
+
+class JobStoppedError(ToolkitError):
+    exit_code = 5
+
+
+class WaitTimeoutError(ToolkitError):
+    exit_code = 6

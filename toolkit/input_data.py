@@ -1,0 +1,153 @@
+"""Open a spec's input as a Ray Dataset, and check it before any model loads."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from toolkit.errors import InputDataError, SpecError
+from toolkit.spec import SAMPLE_PREFIX, DataConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from ray.data import Dataset
+
+SAMPLE_INPUTS = ("customers",)
+DEFAULT_SAMPLE_ROWS = 1000
+_EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
+
+
+def input_format(data: DataConfig) -> str:
+    """The reader to use: ``data.format`` or the extension of ``data.input``."""
+    if data.format != "auto":
+        return data.format
+    path = urlparse(data.input).path if "://" in data.input else data.input
+    suffixes = [s.lower() for s in Path(path).suffixes if s.lower() not in (".gz", ".bz2", ".zst")]
+    if suffixes and suffixes[-1] in _EXTENSIONS:
+        return _EXTENSIONS[suffixes[-1]]
+    if Path(path).is_dir():
+        found = {_EXTENSIONS[p.suffix.lower()] for p in Path(path).iterdir() if p.suffix.lower() in _EXTENSIONS}
+        if len(found) == 1:
+            return found.pop()
+    raise SpecError(
+        f"data.format: can't tell the format of {data.input!r} from its name.",
+        hint="Set --set data.format=csv (or parquet, json).",
+    )
+
+
+def _check_local_input(data: DataConfig) -> None:
+    if "://" in data.input:
+        return
+    path = Path(data.input).expanduser()
+    if not path.exists():
+        raise InputDataError(
+            f"data.input: {data.input} does not exist.",
+            hint="Check the path, or try the pipeline first with --smoke (generated rows).",
+        )
+    if path.is_file() and path.stat().st_size == 0:
+        raise InputDataError(
+            f"data.input: {data.input} is empty (0 bytes).",
+            hint="Point --input at a file with a header row and data rows.",
+        )
+
+
+def sample_dataset(name: str, rows: int, seed: int, partitions: int | None) -> "Dataset":
+    """Generated rows, produced by Ray tasks wherever they run (no file to ship)."""
+    import ray.data
+
+    if name != "customers":
+        raise SpecError(
+            f"data.input: unknown sample input 'sample:{name}'.",
+            hint=f"Use one of: {', '.join(SAMPLE_PREFIX + s for s in SAMPLE_INPUTS)}.",
+        )
+    blocks = partitions or max(1, min(64, math.ceil(rows / 20_000)))
+    return ray.data.range(rows, override_num_blocks=blocks).map_batches(
+        _customer_rows, fn_kwargs={"seed": seed}, batch_format="pyarrow", batch_size=None
+    )
+
+
+def _customer_rows(batch: "pa.Table", seed: int) -> "pa.Table":
+    from toolkit.samples.customers import customers_batch
+
+    ids = batch.column("id").to_numpy()
+    if len(ids) and ids[-1] - ids[0] + 1 == len(ids):
+        return customers_batch(int(ids[0]), int(ids[-1]) + 1, seed=seed)
+    import pyarrow as pa
+
+    return pa.concat_tables([customers_batch(int(i), int(i) + 1, seed=seed) for i in ids])
+
+
+def open_input(data: DataConfig) -> "Dataset":
+    """A lazy Dataset over ``data.input`` (nothing is read until the pipeline runs).
+
+    Raises:
+        InputDataError: a local input that is missing or empty.
+        SpecError: an unknown sample or format.
+    """
+    if data.input.startswith(SAMPLE_PREFIX):
+        rows = data.rows or DEFAULT_SAMPLE_ROWS
+        return sample_dataset(data.input[len(SAMPLE_PREFIX):], rows, data.seed, data.partitions)
+    import ray.data
+
+    _check_local_input(data)
+    fmt = input_format(data)
+    source = str(Path(data.input).expanduser()) if "://" not in data.input else data.input
+    readers: dict[str, Any] = {
+        "csv": ray.data.read_csv,
+        "parquet": ray.data.read_parquet,
+        "json": ray.data.read_json,
+    }
+    try:
+        return readers[fmt](source)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
+        raise InputDataError(_describe_read_error(data.input, exc), hint=_read_hint(data.input))
+
+
+def _describe_read_error(source: str, exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    detail = next((line for line in reversed(text) if line.strip()), type(exc).__name__)
+    return f"data.input: can't read {source}: {detail}"
+
+
+def _read_hint(source: str) -> str:
+    if source.startswith(("http://", "https://", "s3://", "gs://")):
+        return "Check that the URL is reachable from this machine (and credentials for s3/gs)."
+    return "Check that the file is a valid CSV/parquet/JSON file in UTF-8."
+
+
+def input_schema(ds: "Dataset", source: str) -> "pa.Schema":
+    """The input's Arrow schema, reading as little as Ray needs (the first block)."""
+    import pyarrow as pa
+
+    try:
+        schema = ds.schema()
+    except Exception as exc:  # noqa: BLE001 - surfaced as one readable input error
+        raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
+    if schema is None:
+        raise InputDataError(
+            f"data.input: {source} has no rows.", hint="Point --input at a file with data rows."
+        )
+    return schema.base_schema if not isinstance(schema, pa.Schema) else schema
+
+
+def check_required_columns(schema: "pa.Schema", required: list[str], source: str) -> None:
+    """Fail before any model loads when the job's columns are missing, naming near misses."""
+    available = list(schema.names)
+    missing = [c for c in required if c not in available]
+    if not missing:
+        return
+    guesses = []
+    for column in missing:
+        close = difflib.get_close_matches(column, available, n=1, cutoff=0.6)
+        if close:
+            guesses.append(f"{column!r} -> did you mean {close[0]!r}?")
+    raise InputDataError(
+        f"data.input: {source} has no column {', '.join(repr(c) for c in missing)}. "
+        f"Available columns: {', '.join(available)}."
+        + (f" ({'; '.join(guesses)})" if guesses else ""),
+        hint="Rename the column in the file, or point the job at yours with "
+        "--set options.<name>_column=... ('toolkit show JOB' lists the options).",
+    )

@@ -1,0 +1,186 @@
+"""The Ray Data pipeline every job shares.
+
+read -> limit -> repartition -> preprocess -> engine -> postprocess -> write
+
+Everything streams: Ray Data reads, infers and writes blocks concurrently and the
+results go to files as they are produced, so memory stays flat as rows grow. Every
+row read is written exactly once, with its result or with an ``error``; the run
+ends with a summary computed from what was actually written.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from toolkit.engines import apply_engine
+from toolkit.input_data import check_required_columns, input_schema, open_input
+from toolkit.job_definition import JobDefinition
+from toolkit.output_data import prepare_output, write_output
+from toolkit.row_contract import (
+    ERROR_COLUMN,
+    GENERATED_TEXT_COLUMN,
+    MESSAGES_COLUMN,
+    RAY_LLM_ERROR_COLUMN,
+    SAMPLING_PARAMS_COLUMN,
+    plain,
+    row_error,
+)
+from toolkit.run_summary import RunSummary, summarize_output
+from toolkit.spec import JobSpec, SamplingConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from ray.data import Dataset
+
+# Error rows still pass through the engine (Ray Data LLM can't skip rows); this
+# keeps their prompt tiny. Their result is discarded and the error kept.
+_PLACEHOLDER_MESSAGES = [{"role": "user", "content": "-"}]
+
+
+def engine_sampling_params(
+    sampling: SamplingConfig, structured_output: dict[str, Any] | None
+) -> dict[str, Any]:
+    """vLLM-style sampling params for every row (both engines read the same keys)."""
+    params: dict[str, Any] = {
+        "temperature": sampling.temperature,
+        "max_tokens": sampling.max_tokens,
+        "top_p": sampling.top_p,
+    }
+    if sampling.seed is not None:
+        params["seed"] = sampling.seed
+    if structured_output:
+        params["structured_outputs"] = structured_output
+    return params
+
+
+def prepare_row(
+    row: dict[str, Any],
+    preprocess: Callable[[dict[str, Any], Any], dict[str, Any]],
+    options: Any,
+    sampling_params: dict[str, Any],
+) -> dict[str, Any]:
+    """Run the job's preprocess; a row it rejects becomes an error row, not a crash."""
+    out = dict(row)
+    try:
+        out.update(preprocess(row, options))
+        out[ERROR_COLUMN] = None
+    except Exception as exc:  # noqa: BLE001 - recorded on the row
+        out[MESSAGES_COLUMN] = _PLACEHOLDER_MESSAGES
+        out[ERROR_COLUMN] = f"preprocess: {exc}"
+    out[SAMPLING_PARAMS_COLUMN] = sampling_params
+    return out
+
+
+def finish_row(
+    row: dict[str, Any],
+    postprocess: Callable[[dict[str, Any], Any], dict[str, Any]],
+    options: Any,
+    result_columns: list[str],
+) -> dict[str, Any]:
+    """Apply the job's postprocess and fold every error shape into ``error``."""
+    error = row_error(row.get(ERROR_COLUMN)) or row_error(row.get(RAY_LLM_ERROR_COLUMN))
+    results: dict[str, Any] = dict.fromkeys(result_columns)
+    if error is None:
+        if row.get(GENERATED_TEXT_COLUMN) is None:
+            error = "engine returned no text for this row"
+        else:
+            try:
+                produced = postprocess(row, options)
+                results.update({c: produced.get(c) for c in result_columns})
+            except Exception as exc:  # noqa: BLE001 - recorded on the row
+                error = f"postprocess: {exc}"
+    if error is not None:
+        results = dict.fromkeys(result_columns)
+    return {**results, ERROR_COLUMN: str(error) if error is not None else None}
+
+
+def output_schema(input_schema: "pa.Schema", result_columns: dict[str, str]) -> "pa.Schema":
+    """Input columns, then result columns, then ``error``: the same in every file."""
+    import pyarrow as pa
+
+    fields = [f.with_nullable(True) for f in input_schema if f.name not in result_columns and f.name != ERROR_COLUMN]
+    fields += [pa.field(name, pa.type_for_alias(alias)) for name, alias in result_columns.items()]
+    fields.append(pa.field(ERROR_COLUMN, pa.string()))
+    return pa.schema(fields)
+
+
+def finish_batch(
+    batch: "pa.Table",
+    postprocess: Callable[[dict[str, Any], Any], dict[str, Any]],
+    options: Any,
+    schema: "pa.Schema",
+    result_columns: list[str],
+) -> "pa.Table":
+    """Postprocess a batch and cast it to the fixed output schema."""
+    import pyarrow as pa
+
+    rows = batch.to_pylist()
+    finished = []
+    for row in rows:
+        row = {k: plain(v) for k, v in row.items()}
+        out = {name: row.get(name) for name in schema.names}
+        out.update(finish_row(row, postprocess, options, result_columns))
+        finished.append(out)
+    return pa.Table.from_pylist(finished, schema=schema)
+
+
+def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", "pa.Schema"]:
+    """The lazy pipeline for ``spec``: checked against the input, not yet executed.
+
+    Raises:
+        InputDataError: the input is unreadable or lacks a required column (this
+            happens before any model loads).
+    """
+    ds = open_input(spec.data)
+    schema = input_schema(ds, spec.data.input)
+    check_required_columns(schema, job.required_columns(spec.options), spec.data.input)
+    rows = spec.data.rows
+    if rows is not None:
+        ds = ds.limit(rows)
+        if spec.data.partitions:
+            # Streaming split into blocks of rows/partitions rows: a plain
+            # repartition(n) would materialise every row first.
+            ds = ds.repartition(target_num_rows_per_block=math.ceil(rows / spec.data.partitions))
+    sampling_params = engine_sampling_params(spec.sampling, job.structured_output(spec.options))
+    ds = ds.map(
+        prepare_row,
+        fn_kwargs={
+            "preprocess": job.preprocess,
+            "options": spec.options,
+            "sampling_params": sampling_params,
+        },
+    )
+    ds = apply_engine(ds, spec.engine, multimodal=job.multimodal)
+    schema_out = output_schema(schema, job.result_columns)
+    ds = ds.map_batches(
+        finish_batch,
+        fn_kwargs={
+            "postprocess": job.postprocess,
+            "options": spec.options,
+            "schema": schema_out,
+            "result_columns": list(job.result_columns),
+        },
+        batch_format="pyarrow",
+    )
+    return ds, schema_out
+
+
+def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False) -> RunSummary:
+    """Run ``spec`` on the connected Ray cluster and return the written-output summary.
+
+    Args:
+        job: The job definition (its preprocess/postprocess and columns).
+        spec: The validated spec.
+        overwrite: Replace results already in ``spec.data.output``.
+
+    Raises:
+        InputDataError: bad input, found before any model loads.
+        SpecError: the output location is unusable.
+    """
+    started = time.monotonic()
+    prepare_output(spec.data, overwrite=overwrite)
+    ds, _ = build_dataset(job, spec)
+    rows_in = write_output(ds, spec.data, counted_stage=prepare_row.__name__)
+    return summarize_output(job, spec, seconds=time.monotonic() - started, rows_in=rows_in)

@@ -1,0 +1,37 @@
+"""Human-readable text for run summaries (the CLI and the cluster entrypoint print it)."""
+
+from __future__ import annotations
+
+from toolkit.run_summary import RunSummary
+
+SMOKE_WARNING = (
+    "Smoke run: a tiny random-weight model produced these results. They prove the "
+    "pipeline works end to end; they are NOT meaningful predictions."
+)
+
+
+def format_summary(summary: RunSummary) -> str:
+    lines = [
+        f"Job {summary.job} finished in {summary.seconds:.1f} s "
+        f"({summary.rows_per_second:,.1f} rows/s).",
+        f"  rows in:       {summary.rows_in:,}",
+        f"  rows written:  {summary.rows_written:,} "
+        f"({summary.rows_ok:,} ok, {summary.error_rows:,} with an error)",
+    ]
+    if summary.filtered_rows:
+        lines.append(f"  filtered:      {summary.filtered_rows:,}")
+    lines.append(f"  output:        {summary.output} (summary in _summary.json)")
+    if summary.samples:
+        lines.append("  sample results:")
+        lines += [f"    {_one_line(row)}" for row in summary.samples]
+    if summary.first_errors:
+        lines.append("  first errors:")
+        lines += [f"    {_one_line(row)}" for row in summary.first_errors]
+    if summary.smoke:
+        lines.append(SMOKE_WARNING)
+    return "\n".join(lines)
+
+
+def _one_line(row: dict) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in row.items())
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,89 @@
+"""The end-of-run summary, computed from what was actually written."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from toolkit.output_data import SUMMARY_FILE, output_filesystem
+from toolkit.row_contract import ERROR_COLUMN
+
+if TYPE_CHECKING:
+    from toolkit.job_definition import JobDefinition
+    from toolkit.spec import JobSpec
+
+
+class RunSummary(BaseModel):
+    job: str
+    output: str
+    rows_in: int = Field(description="Rows that entered the pipeline.")
+    rows_written: int = Field(description="Rows in the output, with a result or an error.")
+    rows_ok: int
+    error_rows: int
+    filtered_rows: int = 0
+    seconds: float
+    rows_per_second: float
+    smoke: bool = Field(description="Tiny random-weight model: results are not meaningful.")
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    first_errors: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _open_output(output: str, fmt: str) -> Any:
+    import pyarrow.dataset as pads
+
+    fs, path = output_filesystem(output)
+    return pads.dataset(path, filesystem=fs, format=fmt, ignore_prefixes=[".", "_"])
+
+
+def summarize_output(
+    job: "JobDefinition[Any]", spec: "JobSpec", seconds: float, rows_in: int | None
+) -> RunSummary:
+    """Count the written rows and errors, pick sample results, save ``_summary.json``.
+
+    ``rows_in`` is Ray's own count of rows that entered preprocessing; when Ray
+    reports none, every written row is taken to have come in.
+    """
+    import pyarrow.compute as pc
+
+    dataset = _open_output(spec.data.output, spec.data.output_format)
+    id_column = job.id_column(spec.options)
+    errors = dataset.to_table(columns=[id_column, ERROR_COLUMN])
+    failed = pc.is_valid(errors[ERROR_COLUMN])
+    rows_written = errors.num_rows
+    error_rows = int(pc.sum(failed).as_py() or 0)
+    shown = [id_column, *job.result_columns]
+    good = dataset.to_table(columns=shown, filter=pc.field(ERROR_COLUMN).is_null()).slice(0, 3)
+    bad = errors.filter(failed).slice(0, 3)
+    summary = RunSummary(
+        job=job.name,
+        output=spec.data.output,
+        rows_in=rows_in if rows_in is not None else rows_written,
+        rows_written=rows_written,
+        rows_ok=rows_written - error_rows,
+        error_rows=error_rows,
+        seconds=round(seconds, 2),
+        rows_per_second=round(rows_written / seconds, 2) if seconds > 0 else 0.0,
+        smoke=spec.uses_sample_model,
+        samples=good.to_pylist(),
+        first_errors=bad.to_pylist(),
+    )
+    write_summary(summary)
+    return summary
+
+
+def write_summary(summary: RunSummary) -> None:
+    fs, path = output_filesystem(summary.output)
+    with fs.open_output_stream(f"{path}/{SUMMARY_FILE}") as stream:
+        stream.write(json.dumps(summary.model_dump(mode="json"), indent=2, default=str).encode())
+
+
+def read_summary(output: str) -> RunSummary | None:
+    """The summary a finished run left in ``output``, or None if there is none."""
+    fs, path = output_filesystem(output)
+    try:
+        with fs.open_input_stream(f"{path}/{SUMMARY_FILE}") as stream:
+            return RunSummary.model_validate_json(stream.read())
+    except (FileNotFoundError, OSError):
+        return None

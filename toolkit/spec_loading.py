@@ -1,0 +1,206 @@
+"""Build a validated spec from its layers: template, spec file, --smoke, flags, --set.
+
+The layers are merged as plain YAML data and validated once at the end, so an
+error names the final field path (``data.rows: ...``) whichever layer set it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from toolkit.errors import SpecError
+from toolkit.job_definition import JobDefinition
+from toolkit.spec import JobSpec
+
+# What --smoke changes for every job: our own engine on one CPU worker. Each job
+# adds its sample input and tiny model through JobDefinition.smoke_overrides.
+SMOKE_OVERRIDES: dict[str, Any] = {
+    "engine.kind": "transformers",
+    "engine.accelerator_type": None,
+    "engine.concurrency": 1,
+    "engine.batch_size": 64,
+    "engine.num_cpus": 1,
+    "data.partitions": None,
+}
+
+
+def read_yaml_file(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping, turning every failure into one clear SpecError."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"Spec file {path} does not exist.", hint="Check the path given to -f.")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"Spec file {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).")
+    except OSError as exc:
+        raise SpecError(f"Cannot read spec file {path}: {exc.strerror}.")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(
+            f"Spec file {path} is not valid YAML{where}: {problem}.",
+            hint="Indent nested keys with spaces and quote values that contain ': '.",
+        )
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"Spec file {path} must hold a mapping of sections (data:, engine:, ...), "
+            f"not a {type(data).__name__}."
+        )
+    return data
+
+
+def set_dotted(target: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in nested dicts, creating the intermediate mappings."""
+    keys = dotted.split(".")
+    node = target
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_set_expression(expression: str) -> tuple[str, Any]:
+    """``engine.batch_size=64`` -> ``("engine.batch_size", 64)``; values are YAML scalars."""
+    path, sep, raw = expression.partition("=")
+    path = path.strip()
+    if not sep or not path or any(not part for part in path.split(".")):
+        raise SpecError(
+            f"--set {expression!r} is not of the form section.key=value.",
+            hint="For example: --set engine.batch_size=64 --set sampling.temperature=0.2",
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """Overlay mappings recursively; lists and scalars in ``overlay`` replace."""
+    merged = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    """One line per problem, as ``field.path: message``."""
+    lines = [f"Invalid spec for {source}:"]
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; 'toolkit show JOB' lists every key)"
+        elif item["type"] == "missing":
+            message = "required, but not set"
+        elif "input" in item and item["type"] not in ("value_error",):
+            message = f"{message} (got {item['input']!r})"
+        lines.append(f"  {path}: {message}")
+    return "\n".join(lines)
+
+
+def validate_spec(job: JobDefinition[Any], data: Mapping[str, Any], source: str) -> JobSpec:
+    try:
+        return job.spec_model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(
+            format_validation_error(exc, source),
+            hint=f"Fix the fields above in your spec file, flags or --set values "
+            f"(template: {job.template_path}).",
+        ) from None
+
+
+def load_job_spec(
+    job: JobDefinition[Any],
+    spec_file: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    sets: Sequence[str] = (),
+    smoke: bool = False,
+) -> JobSpec:
+    """Load a job's spec: template -> ``spec_file`` -> smoke -> ``overrides`` -> ``sets``.
+
+    Args:
+        job: The job whose template and spec model to use.
+        spec_file: A YAML file with the whole spec or just the keys to change.
+        overrides: Dotted paths from CLI flags, only those the user gave
+            (e.g. ``{"data.rows": "1M"}``); ``None`` values are ignored.
+        sets: ``section.key=value`` strings from ``--set``, applied last.
+        smoke: Use generated input and a tiny model on one CPU worker.
+
+    Returns:
+        The validated spec, an instance of ``job.spec_model``.
+
+    Raises:
+        SpecError: any layer is unreadable or the result does not validate;
+            the message lists every ``field.path: problem``.
+    """
+    data = read_yaml_file(job.template_path)
+    sources = [str(job.template_path)]
+    if spec_file is not None:
+        data = deep_merge(data, read_yaml_file(spec_file))
+        sources.append(str(spec_file))
+        if data.get("job", job.name) != job.name:
+            raise SpecError(
+                f"Spec file {spec_file} is for job {data['job']!r}, not {job.name!r}.",
+                hint=f"Run 'toolkit run {data['job']} -f {spec_file}' instead.",
+            )
+    if smoke:
+        for dotted, value in {**SMOKE_OVERRIDES, **job.smoke_overrides}.items():
+            set_dotted(data, dotted, value)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            set_dotted(data, dotted, value)
+    for expression in sets:
+        set_dotted(data, *parse_set_expression(expression))
+    data["job"] = job.name
+    if overrides or sets:
+        sources.append("flags")
+    return validate_spec(job, data, source=" + ".join(sources))
+
+
+def spec_to_yaml(spec: JobSpec) -> str:
+    """The full effective spec as YAML, in the section order of the models."""
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True, width=100)
+
+
+def write_spec_json(spec: JobSpec, path: Path) -> Path:
+    """Serialise a spec for ``python -m jobs.<job> --spec FILE``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(spec.model_dump_json(indent=2), encoding="utf-8")
+    return path
+
+
+def read_spec_file(job: JobDefinition[Any], path: Path) -> JobSpec:
+    """Load a serialised spec (JSON or YAML) without the template layer."""
+    path = Path(path)
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SpecError(f"Spec file {path} does not exist.")
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"Spec file {path} is not valid JSON: {exc}.")
+    else:
+        data = read_yaml_file(path)
+    return validate_spec(job, data, source=str(path))
