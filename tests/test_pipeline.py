@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from toolkit.errors import InputDataError, SpecError
 from toolkit.job_definition import load_job
 from toolkit.pipeline import run_pipeline
-from toolkit.samples.customers import write_customers_csv
+from toolkit.samples.customers import CUSTOMER_COLUMNS, write_customers_csv
 from toolkit.spec_loading import load_job_spec
 
 JOB = load_job("text-industry")
@@ -32,8 +34,13 @@ def test_csv_rows_come_back_with_their_columns_intact(local_ray, customers_csv, 
                          "data.output": str(tmp_path / "out"), "data.partitions": "4"})
     summary = run_pipeline(JOB, spec)
 
-    written = pq.read_table(tmp_path / "out").sort_by("Index")
-    source = pacsv.read_csv(customers_csv).slice(0, 200)
+    written = pq.read_table(tmp_path / "out")
+    written = written.take(pc.sort_indices(pc.cast(written["Index"], "int64")))
+    # CSV has no types: every column comes back as the text that was in the file.
+    source = pacsv.read_csv(
+        customers_csv,
+        convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(CUSTOMER_COLUMNS, "string")),
+    ).slice(0, 200)
     assert written.num_rows == 200
     assert written.column_names == [*source.column_names, "inferred_industry", "error"]
     for column in source.column_names:
@@ -52,9 +59,9 @@ def test_blank_companies_are_error_rows_not_crashes(local_ray, tmp_path):
     summary = run_pipeline(JOB, spec)
 
     rows = {r["Index"]: r for r in pq.read_table(tmp_path / "out").to_pylist()}
-    assert rows[2]["error"] == "preprocess: column 'Company' is empty"
-    assert rows[2]["inferred_industry"] is None
-    assert rows[1]["error"] is None and rows[3]["error"] is None
+    assert rows["2"]["error"] == "preprocess: column 'Company' is empty"
+    assert rows["2"]["inferred_industry"] is None
+    assert rows["1"]["error"] is None and rows["3"]["error"] is None
     assert (summary.rows_in, summary.rows_ok, summary.error_rows) == (3, 2, 1)
 
 
@@ -70,6 +77,14 @@ def test_a_missing_column_is_reported_before_any_model_loads(local_ray, tmp_path
     assert f"data.input: {csv} has no column 'Company'." in message
     assert "Available columns: Index, Compny, City." in message
     assert "did you mean 'Compny'?" in message
+
+
+def test_non_utf8_csv_is_named_with_the_byte(local_ray, tmp_path):
+    latin = tmp_path / "latin1.csv"
+    latin.write_bytes("Index,Company\n1,Société Générale\n".encode("latin-1"))
+    with pytest.raises(InputDataError, match=r"latin1.csv is not UTF-8 text \(byte 20 is 0xe9\)"):
+        run_pipeline(JOB, smoke_spec(**{"data.input": str(latin),
+                                        "data.output": str(tmp_path / "out")}))
 
 
 def test_missing_and_empty_inputs_are_named(local_ray, tmp_path):
@@ -89,3 +104,20 @@ def test_earlier_results_are_kept_unless_overwrite(local_ray, tmp_path):
     with pytest.raises(SpecError, match="already holds 1 result file"):
         run_pipeline(JOB, spec)
     assert run_pipeline(JOB, spec, overwrite=True).rows_written == 20
+
+
+def test_date_reformat_checks_answers_and_reports_accuracy(local_ray, tmp_path):
+    job = load_job("date-reformat")
+    csv = tmp_path / "dates.csv"
+    csv.write_text("Index,Subscription Date\n1,2021-03-04\n2,not a date\n3,2020-12-31\n")
+    spec = load_job_spec(job, smoke=True, overrides={"data.input": str(csv),
+                                                     "data.output": str(tmp_path / "out")})
+    summary = run_pipeline(job, spec)
+
+    rows = {r["Index"]: r for r in pq.read_table(tmp_path / "out").to_pylist()}
+    assert rows["2"]["error"].startswith("preprocess: column 'Subscription Date': 'not a date'")
+    assert rows["1"]["reference"] == "03-04-2021" and rows["3"]["reference"] == "12-31-2020"
+    assert all(re.fullmatch(r"\d{2}-\d{2}-\d{4}", rows[i]["resp"]) for i in ("1", "3"))
+    assert (summary.rows_in, summary.rows_ok, summary.error_rows) == (3, 2, 1)
+    matching = sum(bool(r["matches_reference"]) for r in rows.values())
+    assert summary.figures == {"accuracy": round(matching / 3, 4), "matching_rows": matching}

@@ -100,10 +100,62 @@ def open_input(data: DataConfig) -> "Dataset":
         "parquet": ray.data.read_parquet,
         "json": ray.data.read_json,
     }
+    kwargs: dict[str, Any] = {}
+    if fmt == "csv":
+        kwargs["convert_options"] = _csv_as_text(source)
     try:
-        return readers[fmt](source)
+        return readers[fmt](source, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
         raise InputDataError(_describe_read_error(data.input, exc), hint=_read_hint(data.input))
+
+
+def _csv_as_text(source: str) -> Any:
+    """Read every CSV column as text.
+
+    Arrow infers CSV types from the first block of a file and then fails mid-file
+    when a later block disagrees (a phone column that is all digits for a while);
+    it also turns ISO dates into date32. CSV has no types, so we keep its text.
+    """
+    import csv
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    try:
+        with _open_binary(source) as stream:
+            head = stream.read(1 << 16)
+    except FileNotFoundError:
+        raise InputDataError(f"data.input: {source} does not exist.") from None
+    except Exception as exc:  # noqa: BLE001 - unreachable URL, permissions, ...
+        raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the 64 KiB edge
+            raise InputDataError(
+                f"data.input: {source} is not UTF-8 text (byte {exc.start} is "
+                f"0x{head[exc.start]:02x}).",
+                hint="Re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8).",
+            ) from None
+        text = head[: exc.start].decode("utf-8")
+    header = next(csv.reader(io.StringIO(text)), [])
+    if not header:
+        raise InputDataError(f"data.input: {source} has no header row.")
+    return pacsv.ConvertOptions(column_types={name: pa.string() for name in header})
+
+
+def _open_binary(source: str) -> Any:
+    if source.startswith(("http://", "https://")):
+        import fsspec
+
+        return fsspec.open(source, "rb").open()
+    import pyarrow.fs
+
+    if "://" in source:
+        fs, path = pyarrow.fs.FileSystem.from_uri(source)
+        return fs.open_input_stream(path)
+    return open(source, "rb")
 
 
 def _describe_read_error(source: str, exc: BaseException) -> str:

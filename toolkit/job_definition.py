@@ -50,6 +50,8 @@ class JobDefinition(Generic[OptionsT]):
             engines honour it.
         result_columns: column name -> Arrow type alias of what postprocess
             returns; null on error rows, and the same type in every file.
+        summary_columns / summarize: job-specific figures for the run summary
+            (e.g. accuracy), computed from just these columns of the output.
     """
 
     name: str
@@ -62,6 +64,8 @@ class JobDefinition(Generic[OptionsT]):
     structured_output: Callable[[OptionsT], dict[str, Any] | None]
     result_columns: dict[str, str]
     smoke_overrides: dict[str, Any] = field(default_factory=dict)
+    summary_columns: tuple[str, ...] = ()
+    summarize: Callable[[Any], dict[str, int | float]] | None = None
     multimodal: bool = False
 
     @property

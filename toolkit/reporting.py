@@ -20,6 +20,8 @@ def format_summary(summary: RunSummary) -> str:
     ]
     if summary.filtered_rows:
         lines.append(f"  filtered:      {summary.filtered_rows:,}")
+    for name, value in summary.figures.items():
+        lines.append(f"  {name + ':':14} {value:,}")
     lines.append(f"  output:        {summary.output} (summary in _summary.json)")
     if summary.samples:
         lines.append("  sample results:")

@@ -26,6 +26,9 @@ class RunSummary(BaseModel):
     seconds: float
     rows_per_second: float
     smoke: bool = Field(description="Tiny random-weight model: results are not meaningful.")
+    figures: dict[str, int | float] = Field(
+        default_factory=dict, description="Job-specific figures, e.g. accuracy."
+    )
     samples: list[dict[str, Any]] = Field(default_factory=list)
     first_errors: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -56,6 +59,9 @@ def summarize_output(
     shown = [id_column, *job.result_columns]
     good = dataset.to_table(columns=shown, filter=pc.field(ERROR_COLUMN).is_null()).slice(0, 3)
     bad = errors.filter(failed).slice(0, 3)
+    figures: dict[str, int | float] = {}
+    if job.summarize is not None:
+        figures = job.summarize(dataset.to_table(columns=list(job.summary_columns)))
     summary = RunSummary(
         job=job.name,
         output=spec.data.output,
@@ -66,6 +72,7 @@ def summarize_output(
         seconds=round(seconds, 2),
         rows_per_second=round(rows_written / seconds, 2) if seconds > 0 else 0.0,
         smoke=spec.uses_sample_model,
+        figures=figures,
         samples=good.to_pylist(),
         first_errors=bad.to_pylist(),
     )

@@ -109,12 +109,13 @@ class TransformersChatEngine:
 
     # -- generation ---------------------------------------------------------
     def _generate(
-        self, prompts: list[str], params: dict[str, Any]
+        self, prompts: list[list[int]], params: dict[str, Any]
     ) -> list[tuple[str, int] | BaseException]:
         """Generate for prompts sharing one set of sampling params: (text, tokens) per row."""
         torch = self.torch
-        encoded = self.tokenizer(
-            prompts, return_tensors="pt", padding=True, add_special_tokens=False
+        # Prompts arrive already tokenized (once, in __call__); only pad here.
+        encoded = self.tokenizer.pad(
+            {"input_ids": prompts}, padding=True, return_tensors="pt"
         ).to(self.device)
         prompt_len = encoded["input_ids"].shape[1]
         max_new = min(int(params.get("max_tokens") or 16), max(1, self.max_model_len - prompt_len))
@@ -143,7 +144,7 @@ class TransformersChatEngine:
         return list(zip(texts, counts))
 
     def _generate_isolating_failures(
-        self, prompts: list[str], params: dict[str, Any]
+        self, prompts: list[list[int]], params: dict[str, Any]
     ) -> list[tuple[str, int] | BaseException]:
         try:
             return self._generate(prompts, params)
@@ -163,18 +164,21 @@ class TransformersChatEngine:
         errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
         generated: list[str | None] = [None] * size
         token_counts: list[int | None] = [None] * size
-        groups: dict[str, list[tuple[int, str]]] = {}
+        groups: dict[str, list[tuple[int, list[int]]]] = {}
         group_params: dict[str, dict[str, Any]] = {}
-        for i in range(size):
-            if errors[i]:
-                continue
-            messages = plain(batch[MESSAGES_COLUMN][i])
-            params = plain(batch[SAMPLING_PARAMS_COLUMN][i]) if SAMPLING_PARAMS_COLUMN in batch else {}
-            params = {k: v for k, v in (params or {}).items() if v is not None}
-            prompt = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
+        todo = [i for i in range(size) if not errors[i]]
+        prompts = [
+            self.tokenizer.apply_chat_template(
+                plain(batch[MESSAGES_COLUMN][i]), add_generation_prompt=True, tokenize=False
             )
-            n_tokens = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            for i in todo
+        ]
+        # One batched (Rust, multi-threaded) tokenizer call for the whole batch.
+        token_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"] if todo else []
+        for i, prompt in zip(todo, token_ids):
+            raw = plain(batch[SAMPLING_PARAMS_COLUMN][i]) if SAMPLING_PARAMS_COLUMN in batch else {}
+            params = {k: v for k, v in (raw or {}).items() if v is not None}
+            n_tokens = len(prompt)
             if n_tokens > self.max_model_len:
                 errors[i] = (
                     f"prompt is {n_tokens} tokens, longer than max_model_len "
