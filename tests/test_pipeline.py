@@ -121,3 +121,21 @@ def test_date_reformat_checks_answers_and_reports_accuracy(local_ray, tmp_path):
     assert (summary.rows_in, summary.rows_ok, summary.error_rows) == (3, 2, 1)
     matching = sum(bool(r["matches_reference"]) for r in rows.values())
     assert summary.figures == {"accuracy": round(matching / 3, 4), "matching_rows": matching}
+
+
+def test_vlm_caption_writes_one_row_per_image_without_the_bytes(local_ray, tmp_path):
+    from toolkit.samples.images import write_sample_images
+
+    job = load_job("vlm-caption")
+    images = write_sample_images(tmp_path / "images", count=12, corrupt=3, seed=1)
+    spec = load_job_spec(job, smoke=True, overrides={"data.input": str(tmp_path / "images"),
+                                                     "data.output": str(tmp_path / "out")})
+    summary = run_pipeline(job, spec)
+
+    table = pq.read_table(tmp_path / "out")
+    assert table.column_names == ["path", "generated_caption", "error"]
+    assert sorted(Path(p).name for p in table["path"].to_pylist()) == sorted(p.name for p in images)
+    failed = [r for r in table.to_pylist() if r["error"]]
+    assert len(failed) == 3 and all(r["generated_caption"] is None for r in failed)
+    assert (summary.rows_in, summary.rows_ok, summary.error_rows) == (12, 9, 3)
+    assert summary.figures == {"undecodable_images": 3}

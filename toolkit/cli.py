@@ -191,6 +191,24 @@ def samples_customers(rows: str, output: Path, seed: int) -> None:
     click.echo(f"Wrote {count:,} customers to {path} in {time.monotonic() - started:.1f} s.")
 
 
+@samples_group.command("images")
+@click.option("--count", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--corrupt", type=click.IntRange(min=0), default=0, show_default=True,
+              help="How many of them to break on purpose (truncated, not an image, empty).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Directory to write into.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def samples_images(count: int, corrupt: int, output: Path, seed: int) -> None:
+    """Write generated pictures, some deliberately broken, for vlm-caption runs."""
+    from toolkit.samples.images import write_sample_images
+
+    try:
+        paths = write_sample_images(output, count=count, corrupt=corrupt, seed=seed)
+    except ValueError as exc:
+        raise ToolkitError(f"samples images: {exc}") from None
+    click.echo(f"Wrote {len(paths)} images ({corrupt} broken on purpose) to {output}.")
+
+
 @samples_group.command("model")
 @click.option("--kind", type=click.Choice(["chat", "vision"]), default="chat", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path),
@@ -218,3 +236,8 @@ def run() -> None:
 
 if __name__ == "__main__":
     sys.exit(run())
+
+from toolkit.cli_cluster import CLUSTER_COMMANDS  # noqa: E402
+
+for c in CLUSTER_COMMANDS:
+    main.add_command(c)

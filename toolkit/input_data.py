@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
 
-SAMPLE_INPUTS = ("customers",)
+SAMPLE_INPUTS = ("customers", "images")
+HF_PREFIX = "hf://"
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
 DEFAULT_SAMPLE_ROWS = 1000
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
@@ -24,14 +26,19 @@ def input_format(data: DataConfig) -> str:
     """The reader to use: ``data.format`` or the extension of ``data.input``."""
     if data.format != "auto":
         return data.format
+    if data.input.startswith(HF_PREFIX):
+        return "huggingface"
     path = urlparse(data.input).path if "://" in data.input else data.input
     suffixes = [s.lower() for s in Path(path).suffixes if s.lower() not in (".gz", ".bz2", ".zst")]
     if suffixes and suffixes[-1] in _EXTENSIONS:
         return _EXTENSIONS[suffixes[-1]]
     if Path(path).is_dir():
-        found = {_EXTENSIONS[p.suffix.lower()] for p in Path(path).iterdir() if p.suffix.lower() in _EXTENSIONS}
+        suffixes = {p.suffix.lower() for p in Path(path).iterdir()}
+        found = {_EXTENSIONS[s] for s in suffixes if s in _EXTENSIONS}
         if len(found) == 1:
             return found.pop()
+        if suffixes & set(IMAGE_EXTENSIONS):
+            return "images"
     raise SpecError(
         f"data.format: can't tell the format of {data.input!r} from its name.",
         hint="Set --set data.format=csv (or parquet, json).",
@@ -42,6 +49,8 @@ def _check_local_input(data: DataConfig) -> None:
     if "://" in data.input:
         return
     path = Path(data.input).expanduser()
+    if path.is_dir() and not any(path.iterdir()):
+        raise InputDataError(f"data.input: directory {data.input} is empty.")
     if not path.exists():
         raise InputDataError(
             f"data.input: {data.input} does not exist.",
@@ -58,6 +67,8 @@ def sample_dataset(name: str, rows: int, seed: int, partitions: int | None) -> "
     """Generated rows, produced by Ray tasks wherever they run (no file to ship)."""
     import ray.data
 
+    if name == "images":
+        return sample_images_dataset(rows, seed)
     if name != "customers":
         raise SpecError(
             f"data.input: unknown sample input 'sample:{name}'.",
@@ -67,6 +78,39 @@ def sample_dataset(name: str, rows: int, seed: int, partitions: int | None) -> "
     return ray.data.range(rows, override_num_blocks=blocks).map_batches(
         _customer_rows, fn_kwargs={"seed": seed}, batch_format="pyarrow", batch_size=None
     )
+
+
+def sample_images_dataset(count: int, seed: int) -> "Dataset":
+    """Generated pictures (1 in 25 deliberately broken) in the sample cache, as a folder."""
+    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.tiny_model import sample_cache_dir
+
+    corrupt = max(1, count // 25)
+    directory = sample_cache_dir() / "samples" / f"images-{count}-corrupt{corrupt}-seed{seed}"
+    if not (directory / ".complete").exists():
+        write_sample_images(directory, count=count, corrupt=corrupt, seed=seed)
+        (directory / ".complete").touch()
+    return read_image_folder(str(directory))
+
+
+def read_image_folder(path: str) -> "Dataset":
+    """One row per image file: ``bytes`` and ``path`` (the stable id)."""
+    import ray.data
+
+    # local:// reads on the driver's node, where the folder is; other nodes lack it.
+    source = path if "://" in path else f"local://{Path(path).resolve()}"
+    return ray.data.read_binary_files(
+        source, include_paths=True, file_extensions=[e.lstrip(".") for e in IMAGE_EXTENSIONS]
+    )
+
+
+def read_huggingface(name: str) -> "Dataset":
+    """Stream a Hugging Face dataset's train split (no full download)."""
+    import datasets
+    import ray.data
+
+    stream = datasets.load_dataset(name, split="train", streaming=True)
+    return ray.data.from_huggingface(stream)
 
 
 def _customer_rows(batch: "pa.Table", seed: int) -> "pa.Table":
@@ -100,6 +144,17 @@ def open_input(data: DataConfig) -> "Dataset":
         "parquet": ray.data.read_parquet,
         "json": ray.data.read_json,
     }
+    if fmt == "images":
+        return read_image_folder(source)
+    if fmt == "huggingface":
+        try:
+            return read_huggingface(data.input[len(HF_PREFIX):])
+        except Exception as exc:  # noqa: BLE001 - unreachable hub, unknown dataset
+            raise InputDataError(
+                _describe_read_error(data.input, exc),
+                hint="Datasets stream from the Hugging Face Hub: check the name and network, "
+                "or point --input at a local image folder or parquet file.",
+            ) from None
     kwargs: dict[str, Any] = {}
     if fmt == "csv":
         kwargs["convert_options"] = _csv_as_text(source)

@@ -50,6 +50,8 @@ class JobDefinition(Generic[OptionsT]):
             engines honour it.
         result_columns: column name -> Arrow type alias of what postprocess
             returns; null on error rows, and the same type in every file.
+        drop_columns: ``options -> columns`` of the input not to write (e.g.
+            image bytes).
         summary_columns / summarize: job-specific figures for the run summary
             (e.g. accuracy), computed from just these columns of the output.
     """
@@ -64,6 +66,7 @@ class JobDefinition(Generic[OptionsT]):
     structured_output: Callable[[OptionsT], dict[str, Any] | None]
     result_columns: dict[str, str]
     smoke_overrides: dict[str, Any] = field(default_factory=dict)
+    drop_columns: Callable[[OptionsT], list[str]] | None = None
     summary_columns: tuple[str, ...] = ()
     summarize: Callable[[Any], dict[str, int | float]] | None = None
     multimodal: bool = False

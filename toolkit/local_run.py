@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -49,14 +50,28 @@ def run_job(
 
 
 def root_cause(exc: BaseException) -> str:
-    """The innermost error's last line: Ray wraps worker errors several times over."""
-    seen = exc
-    while True:
-        inner = getattr(seen, "cause", None) or seen.__cause__
-        if inner is None or inner is seen:
-            break
-        seen = inner
-    lines = [line.strip() for line in str(seen).strip().splitlines() if line.strip()]
-    detail = lines[-1] if lines else ""
-    name = type(seen).__name__
-    return f"{name}: {detail}" if detail and not detail.startswith(name) else detail or name
+    """The innermost error's message: Ray wraps worker errors several times over.
+
+    Walks the cause chain and, in the text of each, keeps the last line shaped like
+    ``SomeError: message``, skipping Ray's generic wrappers.
+    """
+    candidates: list[str] = []
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        for line in str(seen).splitlines():
+            line = line.strip()
+            if _ERROR_LINE.match(line) and not line.startswith(_RAY_WRAPPERS):
+                candidates.append(line)
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    if candidates:
+        line = candidates[-1]
+        return line if len(line) <= 400 else line[:397] + "..."
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")
+_RAY_WRAPPERS = ("ray.exceptions.", "RayTaskError", "RayActorError", "ActorDiedError",
+                 "SystemException", "UserCodeException")

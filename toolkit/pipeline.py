@@ -96,11 +96,14 @@ def finish_row(
     return {**results, ERROR_COLUMN: str(error) if error is not None else None}
 
 
-def output_schema(input_schema: "pa.Schema", result_columns: dict[str, str]) -> "pa.Schema":
+def output_schema(
+    input_schema: "pa.Schema", result_columns: dict[str, str], dropped: list[str] = ()
+) -> "pa.Schema":
     """Input columns, then result columns, then ``error``: the same in every file."""
     import pyarrow as pa
 
-    fields = [f.with_nullable(True) for f in input_schema if f.name not in result_columns and f.name != ERROR_COLUMN]
+    skip = {*result_columns, *dropped, ERROR_COLUMN}
+    fields = [f.with_nullable(True) for f in input_schema if f.name not in skip]
     fields += [pa.field(name, pa.type_for_alias(alias)) for name, alias in result_columns.items()]
     fields.append(pa.field(ERROR_COLUMN, pa.string()))
     return pa.schema(fields)
@@ -153,7 +156,8 @@ def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", "p
         },
     )
     ds = apply_engine(ds, spec.engine, multimodal=job.multimodal)
-    schema_out = output_schema(schema, job.result_columns)
+    dropped = job.drop_columns(spec.options) if job.drop_columns else []
+    schema_out = output_schema(schema, job.result_columns, dropped)
     ds = ds.map_batches(
         finish_batch,
         fn_kwargs={

@@ -62,13 +62,17 @@ class DataConfig(StrictModel):
     input: str = Field(
         description=(
             "Where rows come from: a local path, a directory, an http(s):// or s3:// URL, "
-            "or 'sample:customers' for generated rows (offline smoke runs). On a multi-node "
+            "hf://NAME for a Hugging Face dataset, or 'sample:customers' / 'sample:images' "
+            "for generated rows (offline smoke runs). On a multi-node "
             "cluster a local path must exist on every node; prefer s3:// or shared storage."
         )
     )
-    format: Literal["auto", "csv", "parquet", "json"] = Field(
+    format: Literal["auto", "csv", "parquet", "json", "images", "huggingface"] = Field(
         "auto",
-        description="Input format; 'auto' picks by file extension (.csv, .parquet, .json/.jsonl).",
+        description=(
+            "Input format; 'auto' picks by extension (.csv, .parquet, .json/.jsonl), a "
+            "folder of pictures is 'images', and hf://NAME is a streamed Hugging Face dataset."
+        ),
     )
     rows: RowCount = Field(
         None,

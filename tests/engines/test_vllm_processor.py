@@ -37,3 +37,27 @@ def test_rows_ask_vllm_for_one_of_the_choices():
         "top_p": 1.0,
         "structured_outputs": {"choice": spec.options.choices},
     }
+
+
+def test_vlm_caption_adds_the_multimodal_stage(local_ray):
+    from toolkit.samples.tiny_vision_model import tiny_vision_model_path
+
+    job = load_job("vlm-caption")
+    model = str(tiny_vision_model_path())
+    spec = load_job_spec(job, overrides={"engine.model": model})
+    processor = build_vllm_processor(spec.engine, multimodal=job.multimodal)
+
+    assert processor.list_stage_names()[0] == "PrepareMultimodalStage"
+    assert "vLLMEngineStage" in processor.list_stage_names()
+    stage = processor.get_stage_by_name("vLLMEngineStage")
+    assert stage.fn_constructor_kwargs["engine_kwargs"]["max_model_len"] == 8192
+    assert stage.fn_constructor_kwargs["batch_size"] == 16
+
+
+def test_date_reformat_processor_keeps_the_chunked_prefill_settings(local_ray, tiny_chat_model):
+    job = load_job("date-reformat")
+    spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
+    stage = build_vllm_processor(spec.engine).get_stage_by_name("vLLMEngineStage")
+    kwargs = stage.fn_constructor_kwargs["engine_kwargs"]
+    assert (kwargs["enable_chunked_prefill"], kwargs["max_num_batched_tokens"]) == (True, 1024)
+    assert kwargs["gpu_memory_utilization"] == 0.85

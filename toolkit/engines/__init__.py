@@ -17,6 +17,10 @@ def apply_engine(ds: "Dataset", engine: "EngineConfig", multimodal: bool = False
         from toolkit.engines.vllm_engine import apply_vllm_engine
 
         return apply_vllm_engine(ds, engine, multimodal=multimodal)
+    if multimodal:
+        from toolkit.engines.transformers_vision_engine import apply_transformers_vision_engine
+
+        return apply_transformers_vision_engine(ds, engine)
     from toolkit.engines.transformers_engine import apply_transformers_engine
 
     return apply_transformers_engine(ds, engine)

@@ -94,9 +94,9 @@ class TransformersChatEngine:
             import xgrammar as xgr
 
             if self._compiler is None:
-                info = xgr.TokenizerInfo.from_huggingface(
-                    self.tokenizer, vocab_size=self.model.config.vocab_size
-                )
+                # Multimodal configs keep the decoder's vocabulary in a nested text config.
+                vocab_size = self.model.config.get_text_config().vocab_size
+                info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab_size)
                 self._compiler = xgr.GrammarCompiler(info)
             kind, source = structured_output_grammar(constraint)
             compile_fn = {
@@ -204,11 +204,13 @@ class TransformersChatEngine:
         return batch
 
 
-def apply_transformers_engine(ds: "Dataset", engine: "EngineConfig") -> "Dataset":
-    """Run ``TransformersChatEngine`` over ``ds`` on ``engine.concurrency`` actors."""
+def apply_transformers_engine(
+    ds: "Dataset", engine: "EngineConfig", udf: type = TransformersChatEngine
+) -> "Dataset":
+    """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors."""
     use_gpu = engine.accelerator_type is not None
     return ds.map_batches(
-        TransformersChatEngine,
+        udf,
         fn_constructor_kwargs={
             "model_source": engine.model,
             "engine_kwargs": dict(engine.engine_kwargs),
@@ -217,14 +219,14 @@ def apply_transformers_engine(ds: "Dataset", engine: "EngineConfig") -> "Dataset
         },
         batch_size=engine.batch_size,
         batch_format="numpy",
-        compute=_actor_pool(engine.concurrency),
+        compute=actor_pool(engine.concurrency),
         num_cpus=engine.num_cpus,
         num_gpus=1 if use_gpu else 0,
         accelerator_type=engine.accelerator_type,
     )
 
 
-def _actor_pool(concurrency: int) -> Any:
+def actor_pool(concurrency: int) -> Any:
     from ray.data import ActorPoolStrategy
 
     return ActorPoolStrategy(size=concurrency)
