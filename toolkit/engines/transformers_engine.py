@@ -108,15 +108,35 @@ class TransformersChatEngine:
         return self._grammars[key]
 
     # -- generation ---------------------------------------------------------
+    def _prepare_prompts(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
+        """Per row, a prompt for ``_encode``, or a ValueError saying why the row can't run."""
+        texts = [
+            self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+            for c in conversations
+        ]
+        # One batched (Rust, multi-threaded) tokenizer call for the whole batch.
+        token_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        return [self._check_length(len(ids)) or ids for ids in token_ids]
+
+    def _check_length(self, n_tokens: int) -> ValueError | None:
+        if n_tokens > self.max_model_len:
+            return ValueError(
+                f"prompt is {n_tokens} tokens, longer than max_model_len {self.max_model_len}"
+            )
+        return None
+
+    def _encode(self, prompts: Sequence[Any]) -> Any:
+        """Pad already-tokenized prompts into one batch on the model's device."""
+        return self.tokenizer.pad(
+            {"input_ids": list(prompts)}, padding=True, return_tensors="pt"
+        ).to(self.device)
+
     def _generate(
-        self, prompts: list[list[int]], params: dict[str, Any]
+        self, prompts: Sequence[Any], params: dict[str, Any]
     ) -> list[tuple[str, int] | BaseException]:
         """Generate for prompts sharing one set of sampling params: (text, tokens) per row."""
         torch = self.torch
-        # Prompts arrive already tokenized (once, in __call__); only pad here.
-        encoded = self.tokenizer.pad(
-            {"input_ids": prompts}, padding=True, return_tensors="pt"
-        ).to(self.device)
+        encoded = self._encode(prompts)
         prompt_len = encoded["input_ids"].shape[1]
         max_new = min(int(params.get("max_tokens") or 16), max(1, self.max_model_len - prompt_len))
         temperature = float(params.get("temperature") or 0.0)
@@ -144,7 +164,7 @@ class TransformersChatEngine:
         return list(zip(texts, counts))
 
     def _generate_isolating_failures(
-        self, prompts: list[list[int]], params: dict[str, Any]
+        self, prompts: Sequence[Any], params: dict[str, Any]
     ) -> list[tuple[str, int] | BaseException]:
         try:
             return self._generate(prompts, params)
@@ -164,27 +184,16 @@ class TransformersChatEngine:
         errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
         generated: list[str | None] = [None] * size
         token_counts: list[int | None] = [None] * size
-        groups: dict[str, list[tuple[int, list[int]]]] = {}
+        groups: dict[str, list[tuple[int, Any]]] = {}
         group_params: dict[str, dict[str, Any]] = {}
         todo = [i for i in range(size) if not errors[i]]
-        prompts = [
-            self.tokenizer.apply_chat_template(
-                plain(batch[MESSAGES_COLUMN][i]), add_generation_prompt=True, tokenize=False
-            )
-            for i in todo
-        ]
-        # One batched (Rust, multi-threaded) tokenizer call for the whole batch.
-        token_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"] if todo else []
-        for i, prompt in zip(todo, token_ids):
+        prompts = self._prepare_prompts([plain(batch[MESSAGES_COLUMN][i]) for i in todo])
+        for i, prompt in zip(todo, prompts):
+            if isinstance(prompt, ValueError):
+                errors[i] = str(prompt)
+                continue
             raw = plain(batch[SAMPLING_PARAMS_COLUMN][i]) if SAMPLING_PARAMS_COLUMN in batch else {}
             params = {k: v for k, v in (raw or {}).items() if v is not None}
-            n_tokens = len(prompt)
-            if n_tokens > self.max_model_len:
-                errors[i] = (
-                    f"prompt is {n_tokens} tokens, longer than max_model_len "
-                    f"{self.max_model_len}"
-                )
-                continue
             key = json.dumps(params, sort_keys=True, default=str)
             group_params[key] = params
             groups.setdefault(key, []).append((i, prompt))

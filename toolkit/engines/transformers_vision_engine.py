@@ -21,22 +21,11 @@ own row's error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
 
 from toolkit.engines.transformers_engine import TransformersChatEngine, apply_transformers_engine
-from toolkit.row_contract import (
-    ERROR_COLUMN,
-    GENERATED_TEXT_COLUMN,
-    MESSAGES_COLUMN,
-    SAMPLING_PARAMS_COLUMN,
-    object_column,
-    plain,
-    row_error,
-)
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -166,11 +155,16 @@ class TransformersVisionEngine(TransformersChatEngine):
         return _Prompt(text, images)
 
     # -- generation ---------------------------------------------------------
-    def _generate(  # type: ignore[override]  # prompts carry their pictures
-        self, prompts: list[_Prompt], params: dict[str, Any]
-    ) -> list[str | BaseException]:
-        """Generate for prompts sharing one set of sampling params; per-row results."""
-        torch = self.torch
+    def _prepare_prompts(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
+        prompts: list[Any] = []
+        for messages in conversations:
+            try:
+                prompts.append(self._prepare(messages))
+            except ValueError as exc:
+                prompts.append(exc)
+        return prompts
+
+    def _encode(self, prompts: Sequence[_Prompt]) -> Any:
         images = [image for prompt in prompts for image in prompt.images]
         encoded = self.processor(
             text=[prompt.text for prompt in prompts],
@@ -181,66 +175,7 @@ class TransformersVisionEngine(TransformersChatEngine):
         )
         # Moves everything to the device; casts only floating tensors (pixel values)
         # to the model's dtype, so bf16 weights get bf16 pixels and ids stay ints.
-        encoded = encoded.to(self.device, dtype=self.model.dtype)
-        prompt_len = encoded["input_ids"].shape[1]
-        max_new = min(int(params.get("max_tokens") or 16), max(1, self.max_model_len - prompt_len))
-        temperature = float(params.get("temperature") or 0.0)
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new,
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "do_sample": temperature > 0,
-        }
-        if temperature > 0:
-            kwargs["temperature"] = temperature
-            kwargs["top_p"] = float(params.get("top_p") or 1.0)
-            if params.get("seed") is not None:
-                torch.manual_seed(int(params["seed"]))
-        constraint = params.get("structured_outputs")
-        if constraint:
-            from xgrammar.contrib.hf import LogitsProcessor
-
-            # One processor per generate() call: it keeps per-row matcher state.
-            kwargs["logits_processor"] = [LogitsProcessor(self._compiled_grammar(constraint))]
-        with torch.inference_mode():
-            output = self.model.generate(**encoded, **kwargs)
-        new_tokens = output[:, prompt_len:]
-        return list(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        size = len(batch[MESSAGES_COLUMN])
-        errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
-        generated: list[str | None] = [None] * size
-        groups: dict[str, list[tuple[int, _Prompt]]] = {}
-        group_params: dict[str, dict[str, Any]] = {}
-        for i in range(size):
-            if errors[i]:
-                continue
-            params = {}
-            if SAMPLING_PARAMS_COLUMN in batch:
-                params = plain(batch[SAMPLING_PARAMS_COLUMN][i]) or {}
-            params = {k: v for k, v in params.items() if v is not None}
-            try:
-                prompt = self._prepare(plain(batch[MESSAGES_COLUMN][i]))
-            except ValueError as exc:
-                errors[i] = str(exc)
-                continue
-            key = json.dumps(params, sort_keys=True, default=str)
-            group_params[key] = params
-            groups.setdefault(key, []).append((i, prompt))
-        for key, members in groups.items():
-            results = self._generate_isolating_failures([p for _, p in members], group_params[key])
-            for (i, _), result in zip(members, results):
-                if isinstance(result, BaseException):
-                    errors[i] = f"engine error: {type(result).__name__}: {result}"
-                else:
-                    generated[i] = result
-        # The prompt columns (pictures included) are consumed here; carrying them on
-        # would only cost memory and output space.
-        batch.pop(MESSAGES_COLUMN)
-        batch.pop(SAMPLING_PARAMS_COLUMN, None)
-        batch[GENERATED_TEXT_COLUMN] = object_column(generated)
-        batch[ERROR_COLUMN] = object_column(errors)
-        return batch
+        return encoded.to(self.device, dtype=self.model.dtype)
 
 
 def apply_transformers_vision_engine(ds: "Dataset", engine: "EngineConfig") -> "Dataset":
