@@ -22,11 +22,13 @@ def sample_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def local_ray():
-    """A real Ray started in this process (2 CPUs, like CI), shut down at the end."""
+    """A real Ray started in this process as ``toolkit run`` starts it, shut down at the end."""
     import ray
 
+    from toolkit.ray_connection import local_logical_cpus
+
     if not ray.is_initialized():
-        ray.init(num_cpus=2, logging_level="ERROR", include_dashboard=False)
+        ray.init(num_cpus=local_logical_cpus(), logging_level="ERROR", include_dashboard=False)
     yield ray
     ray.shutdown()
 

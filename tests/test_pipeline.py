@@ -98,12 +98,17 @@ def test_missing_and_empty_inputs_are_named(local_ray, tmp_path):
                                         "data.output": str(tmp_path / "o2")}))
 
 
-def test_earlier_results_are_kept_unless_overwrite(local_ray, tmp_path):
+def test_a_finished_run_is_not_redone_and_another_spec_is_refused(local_ray, tmp_path):
     spec = smoke_spec(**{"data.rows": "20", "data.output": str(tmp_path / "out")})
-    run_pipeline(JOB, spec)
-    with pytest.raises(SpecError, match="already holds 1 result file"):
-        run_pipeline(JOB, spec)
-    assert run_pipeline(JOB, spec, overwrite=True).rows_written == 20
+    first = run_pipeline(JOB, spec)
+    again = run_pipeline(JOB, spec)
+    assert again.rows_this_run == 0 and again.rows_written == first.rows_written == 20
+    assert again.notes[0].startswith("Already complete")
+
+    other = smoke_spec(**{"data.rows": "30", "data.output": str(tmp_path / "out")})
+    with pytest.raises(SpecError, match="from a run with a different spec"):
+        run_pipeline(JOB, other)
+    assert run_pipeline(JOB, other, overwrite=True).rows_written == 30
 
 
 def test_date_reformat_checks_answers_and_reports_accuracy(local_ray, tmp_path):

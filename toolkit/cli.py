@@ -7,7 +7,6 @@ that run a pipeline or talk to a cluster, so ``toolkit --help``, ``show`` and
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +26,7 @@ SPEC_FLAGS: dict[str, str] = {
     "batch_size": "engine.batch_size",
     "concurrency": "engine.concurrency",
     "accelerator": "engine.accelerator_type",
+    "strict": "strict",
 }
 
 
@@ -48,6 +48,9 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--accelerator", help="GPU type per engine worker, e.g. L4, A10G, H100."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Set any spec key, e.g. --set sampling.temperature=0.2 (repeatable)."),
+        click.option("--strict", is_flag=True, default=None,
+                     help="Fail at the first row that errors (default: write it with its "
+                          "error and go on)."),
         click.option("--smoke", is_flag=True,
                      help="Offline check: generated input and a tiny random-weight model on "
                           "one CPU worker (results are not meaningful)."),
@@ -234,10 +237,11 @@ def run() -> None:
     main(prog_name="toolkit")
 
 
-if __name__ == "__main__":
-    sys.exit(run())
-
 from toolkit.cli_cluster import CLUSTER_COMMANDS  # noqa: E402
 
 for c in CLUSTER_COMMANDS:
     main.add_command(c)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

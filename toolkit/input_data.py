@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -18,7 +17,6 @@ if TYPE_CHECKING:
 SAMPLE_INPUTS = ("customers", "images")
 HF_PREFIX = "hf://"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
-DEFAULT_SAMPLE_ROWS = 1000
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
 
@@ -63,25 +61,8 @@ def _check_local_input(data: DataConfig) -> None:
         )
 
 
-def sample_dataset(name: str, rows: int, seed: int, partitions: int | None) -> "Dataset":
-    """Generated rows, produced by Ray tasks wherever they run (no file to ship)."""
-    import ray.data
-
-    if name == "images":
-        return sample_images_dataset(rows, seed)
-    if name != "customers":
-        raise SpecError(
-            f"data.input: unknown sample input 'sample:{name}'.",
-            hint=f"Use one of: {', '.join(SAMPLE_PREFIX + s for s in SAMPLE_INPUTS)}.",
-        )
-    blocks = partitions or max(1, min(64, math.ceil(rows / 20_000)))
-    return ray.data.range(rows, override_num_blocks=blocks).map_batches(
-        _customer_rows, fn_kwargs={"seed": seed}, batch_format="pyarrow", batch_size=None
-    )
-
-
-def sample_images_dataset(count: int, seed: int) -> "Dataset":
-    """Generated pictures (1 in 25 deliberately broken) in the sample cache, as a folder."""
+def sample_images_folder(count: int, seed: int) -> Path:
+    """Generated pictures (1 in 25 deliberately broken) in the sample cache."""
     from toolkit.samples.images import write_sample_images
     from toolkit.samples.tiny_model import sample_cache_dir
 
@@ -90,7 +71,7 @@ def sample_images_dataset(count: int, seed: int) -> "Dataset":
     if not (directory / ".complete").exists():
         write_sample_images(directory, count=count, corrupt=corrupt, seed=seed)
         (directory / ".complete").touch()
-    return read_image_folder(str(directory))
+    return directory
 
 
 def read_image_folder(path: str) -> "Dataset":
@@ -113,27 +94,15 @@ def read_huggingface(name: str) -> "Dataset":
     return ray.data.from_huggingface(stream)
 
 
-def _customer_rows(batch: "pa.Table", seed: int) -> "pa.Table":
-    from toolkit.samples.customers import customers_batch
-
-    ids = batch.column("id").to_numpy()
-    if len(ids) and ids[-1] - ids[0] + 1 == len(ids):
-        return customers_batch(int(ids[0]), int(ids[-1]) + 1, seed=seed)
-    import pyarrow as pa
-
-    return pa.concat_tables([customers_batch(int(i), int(i) + 1, seed=seed) for i in ids])
-
-
 def open_input(data: DataConfig) -> "Dataset":
-    """A lazy Dataset over ``data.input`` (nothing is read until the pipeline runs).
+    """A lazy Dataset over a file, folder, URL or ``hf://`` input (nothing is read yet).
+
+    Generated ``sample:`` inputs are opened by ``resumable_input.open_run_source``.
 
     Raises:
         InputDataError: a local input that is missing or empty.
-        SpecError: an unknown sample or format.
+        SpecError: an unknown format.
     """
-    if data.input.startswith(SAMPLE_PREFIX):
-        rows = data.rows or DEFAULT_SAMPLE_ROWS
-        return sample_dataset(data.input[len(SAMPLE_PREFIX):], rows, data.seed, data.partitions)
     import ray.data
 
     _check_local_input(data)

@@ -10,14 +10,21 @@ ends with a summary computed from what was actually written.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import apply_engine
-from toolkit.input_data import check_required_columns, input_schema, open_input
+from toolkit.input_data import check_required_columns
 from toolkit.job_definition import JobDefinition
-from toolkit.output_data import prepare_output, write_output
+from toolkit.input_data import HF_PREFIX
+from toolkit.output_data import (
+    OutputState,
+    checkpointed_row_count,
+    finish_output,
+    prepare_output,
+    write_output,
+)
+from toolkit.resumable_input import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.row_contract import (
     ERROR_COLUMN,
     GENERATED_TEXT_COLUMN,
@@ -27,7 +34,7 @@ from toolkit.row_contract import (
     plain,
     row_error,
 )
-from toolkit.run_summary import RunSummary, summarize_output
+from toolkit.run_summary import RunSummary, read_summary, summarize_output
 from toolkit.spec import JobSpec, SamplingConfig
 
 if TYPE_CHECKING:
@@ -109,14 +116,23 @@ def output_schema(
     return pa.schema(fields)
 
 
+class StrictModeError(RuntimeError):
+    """A row failed and the spec asked to stop at the first failure."""
+
+
 def finish_batch(
     batch: "pa.Table",
     postprocess: Callable[[dict[str, Any], Any], dict[str, Any]],
     options: Any,
     schema: "pa.Schema",
     result_columns: list[str],
+    strict_id_column: str | None = None,
 ) -> "pa.Table":
-    """Postprocess a batch and cast it to the fixed output schema."""
+    """Postprocess a batch and cast it to the fixed output schema.
+
+    With ``strict_id_column`` set (``--strict``), the first error row fails the run,
+    named by its id, instead of being written.
+    """
     import pyarrow as pa
 
     rows = batch.to_pylist()
@@ -125,29 +141,31 @@ def finish_batch(
         row = {k: plain(v) for k, v in row.items()}
         out = {name: row.get(name) for name in schema.names}
         out.update(finish_row(row, postprocess, options, result_columns))
+        if strict_id_column is not None and out[ERROR_COLUMN] is not None:
+            raise StrictModeError(
+                f"--strict: row {strict_id_column}={row.get(strict_id_column)!r} failed: "
+                f"{out[ERROR_COLUMN]}"
+            )
         finished.append(out)
     return pa.Table.from_pylist(finished, schema=schema)
 
 
-def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", "pa.Schema"]:
+def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", RunSource]:
     """The lazy pipeline for ``spec``: checked against the input, not yet executed.
 
     Raises:
         InputDataError: the input is unreadable or lacks a required column (this
             happens before any model loads).
     """
-    ds = open_input(spec.data)
-    schema = input_schema(ds, spec.data.input)
-    check_required_columns(schema, job.required_columns(spec.options), spec.data.input)
-    rows = spec.data.rows
-    if rows is not None:
-        ds = ds.limit(rows)
-        if spec.data.partitions:
-            # Streaming split into blocks of rows/partitions rows: a plain
-            # repartition(n) would materialise every row first.
-            ds = ds.repartition(target_num_rows_per_block=math.ceil(rows / spec.data.partitions))
+    seen: dict[str, "pa.Schema"] = {}
+
+    def check(schema: "pa.Schema") -> None:
+        check_required_columns(schema, job.required_columns(spec.options), spec.data.input)
+        seen["schema"] = schema
+
+    source = open_run_source(spec, check_schema=check)
     sampling_params = engine_sampling_params(spec.sampling, job.structured_output(spec.options))
-    ds = ds.map(
+    ds = source.dataset.map(
         prepare_row,
         fn_kwargs={
             "preprocess": job.preprocess,
@@ -157,22 +175,25 @@ def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", "p
     )
     ds = apply_engine(ds, spec.engine, multimodal=job.multimodal)
     dropped = job.drop_columns(spec.options) if job.drop_columns else []
-    schema_out = output_schema(schema, job.result_columns, dropped)
     ds = ds.map_batches(
         finish_batch,
         fn_kwargs={
             "postprocess": job.postprocess,
             "options": spec.options,
-            "schema": schema_out,
+            "schema": output_schema(seen["schema"], job.result_columns, dropped),
             "result_columns": list(job.result_columns),
+            "strict_id_column": job.id_column(spec.options) if spec.strict else None,
         },
         batch_format="pyarrow",
     )
-    return ds, schema_out
+    return ds, source
 
 
 def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False) -> RunSummary:
     """Run ``spec`` on the connected Ray cluster and return the written-output summary.
+
+    A rerun with the same spec and output resumes an interrupted run (only rows
+    not yet written are processed) and does nothing after a finished one.
 
     Args:
         job: The job definition (its preprocess/postprocess and columns).
@@ -181,10 +202,33 @@ def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False
 
     Raises:
         InputDataError: bad input, found before any model loads.
-        SpecError: the output location is unusable.
+        SpecError: the output location is unusable or holds another spec's results.
     """
     started = time.monotonic()
-    prepare_output(spec.data, overwrite=overwrite)
-    ds, _ = build_dataset(job, spec)
-    rows_in = write_output(ds, spec.data, counted_stage=prepare_row.__name__)
-    return summarize_output(job, spec, seconds=time.monotonic() - started, rows_in=rows_in)
+    resumable = not spec.data.input.startswith(HF_PREFIX)
+    state = prepare_output(spec, overwrite=overwrite, resumable=resumable)
+    if state is OutputState.COMPLETE:
+        done = read_summary(spec.data.output)
+        if done is not None:
+            return done.model_copy(update={
+                "rows_this_run": 0, "seconds": round(time.monotonic() - started, 2),
+                "notes": ["Already complete: the same spec finished here earlier, so "
+                          "nothing was run. Use --overwrite to run it again."],
+            })
+    rows_before = checkpointed_row_count(spec.data.output) if state is OutputState.PARTIAL else 0
+    # Datasets copy Ray Data's context when they are created, so checkpointing is
+    # switched on before the pipeline is built, not just before it runs.
+    config = checkpoint_config(spec, job.id_column(spec.options)) if resumable else None
+    with checkpointing(config):
+        ds, source = build_dataset(job, spec)
+        rows_this_run = write_output(ds, spec.data, counted_stage=prepare_row.__name__)
+    notes = [source.note] if source.note else []
+    if state is OutputState.PARTIAL:
+        notes.append(f"Resumed: {rows_before:,} rows were already written by an earlier run.")
+    summary = summarize_output(
+        job, spec, seconds=time.monotonic() - started,
+        rows_in=rows_before + rows_this_run if rows_this_run is not None else None,
+        rows_this_run=rows_this_run, notes=notes,
+    )
+    finish_output(spec.data)
+    return summary

@@ -18,6 +18,8 @@ def format_summary(summary: RunSummary) -> str:
         f"  rows written:  {summary.rows_written:,} "
         f"({summary.rows_ok:,} ok, {summary.error_rows:,} with an error)",
     ]
+    if summary.rows_this_run is not None and summary.rows_this_run != summary.rows_in:
+        lines.append(f"  this run:      {summary.rows_this_run:,} rows processed")
     if summary.filtered_rows:
         lines.append(f"  filtered:      {summary.filtered_rows:,}")
     for name, value in summary.figures.items():
@@ -29,6 +31,7 @@ def format_summary(summary: RunSummary) -> str:
     if summary.first_errors:
         lines.append("  first errors:")
         lines += [f"    {_one_line(row)}" for row in summary.first_errors]
+    lines += summary.notes
     if summary.smoke:
         lines.append(SMOKE_WARNING)
     return "\n".join(lines)

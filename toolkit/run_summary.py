@@ -20,6 +20,9 @@ class RunSummary(BaseModel):
     output: str
     rows_in: int = Field(description="Rows that entered the pipeline.")
     rows_written: int = Field(description="Rows in the output, with a result or an error.")
+    rows_this_run: int | None = Field(
+        None, description="Rows this run processed (fewer than rows_in when it resumed)."
+    )
     rows_ok: int
     error_rows: int
     filtered_rows: int = 0
@@ -29,6 +32,7 @@ class RunSummary(BaseModel):
     figures: dict[str, int | float] = Field(
         default_factory=dict, description="Job-specific figures, e.g. accuracy."
     )
+    notes: list[str] = Field(default_factory=list)
     samples: list[dict[str, Any]] = Field(default_factory=list)
     first_errors: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -41,7 +45,12 @@ def _open_output(output: str, fmt: str) -> Any:
 
 
 def summarize_output(
-    job: "JobDefinition[Any]", spec: "JobSpec", seconds: float, rows_in: int | None
+    job: "JobDefinition[Any]",
+    spec: "JobSpec",
+    seconds: float,
+    rows_in: int | None,
+    rows_this_run: int | None = None,
+    notes: list[str] | None = None,
 ) -> RunSummary:
     """Count the written rows and errors, pick sample results, save ``_summary.json``.
 
@@ -59,20 +68,29 @@ def summarize_output(
     shown = [id_column, *job.result_columns]
     good = dataset.to_table(columns=shown, filter=pc.field(ERROR_COLUMN).is_null()).slice(0, 3)
     bad = errors.filter(failed).slice(0, 3)
+    processed = rows_this_run if rows_this_run is not None else rows_written
     figures: dict[str, int | float] = {}
     if job.summarize is not None:
         figures = job.summarize(dataset.to_table(columns=list(job.summary_columns)))
+    notes = list(notes or [])
+    if rows_in is not None and rows_in != rows_written:
+        notes.append(
+            f"WARNING: {rows_in:,} rows came in but {rows_written:,} are in the output; "
+            "check the output directory for files written by another run."
+        )
     summary = RunSummary(
         job=job.name,
         output=spec.data.output,
         rows_in=rows_in if rows_in is not None else rows_written,
         rows_written=rows_written,
+        rows_this_run=rows_this_run,
         rows_ok=rows_written - error_rows,
         error_rows=error_rows,
         seconds=round(seconds, 2),
-        rows_per_second=round(rows_written / seconds, 2) if seconds > 0 else 0.0,
+        rows_per_second=round(processed / seconds, 2) if seconds > 0 else 0.0,
         smoke=spec.uses_sample_model,
         figures=figures,
+        notes=notes,
         samples=good.to_pylist(),
         first_errors=bad.to_pylist(),
     )

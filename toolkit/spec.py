@@ -210,6 +210,13 @@ class JobSpec(StrictModel):
     engine: EngineConfig
     sampling: SamplingConfig
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    strict: bool = Field(
+        False,
+        description=(
+            "Fail the run at the first row that errors, naming it. Off (the default), "
+            "failed rows are written with their 'error' and the run goes on."
+        ),
+    )
 
     @property
     def uses_sample_model(self) -> bool:

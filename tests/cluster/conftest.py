@@ -1,0 +1,70 @@
+"""A real Ray head node for the cluster tests, and hygiene around it.
+
+``ray_head`` runs ``ray start --head --block`` on free ports with ``--num-cpus 2`` and
+its own ``--temp-dir``, records it as the ``--address local`` head of this test
+session (``$TOOLKIT_CACHE_DIR`` is a per-session temp dir, see tests/conftest.py),
+and at the end stops exactly that head: SIGTERM to its ``ray start`` process, then
+any process still naming its temp dir. ``ray stop`` is never used: it would stop
+every Ray on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolkit.backends.local_head import (
+    LocalHead,
+    pids_using,
+    start_head,
+    state_path,
+    stop_head,
+    write_state,
+)
+from toolkit.job_definition import REPO_ROOT
+
+SPEC_DIR = REPO_ROOT / ".toolkit" / "specs"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[LocalHead]:
+    for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        os.environ.pop(name, None)
+    temp_dir = Path(tempfile.mkdtemp(prefix="tkray-test-", dir="/tmp"))
+    head, process = start_head(temp_dir, num_cpus=2)
+    write_state(head, state_path())  # `--address local` now means this head
+    try:
+        yield head
+    finally:
+        stop_head(head, process=process)
+        leftovers = pids_using(str(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not leftovers, f"Ray processes of the test head survived: {leftovers}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_spec_files_written_by_the_tests(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Submits write specs into the repo's .toolkit/specs; drop those naming our tmp dirs."""
+    before = set(SPEC_DIR.glob("*.json")) if SPEC_DIR.exists() else set()
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    for path in set(SPEC_DIR.glob("*.json")) - before if SPEC_DIR.exists() else ():
+        try:
+            if base in path.read_text(encoding="utf-8"):
+                path.unlink()
+        except OSError:
+            pass

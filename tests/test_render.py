@@ -1,0 +1,233 @@
+"""`toolkit render`: job.yaml files that anyscale's own models accept, rendered the same
+every time, with no secrets, without importing Ray, torch or transformers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from toolkit.backends.base import check_no_secrets, secret_env, upload_size_warning
+from toolkit.cli import main
+from toolkit.compute_table import ACCELERATOR_INSTANCE_TYPES, worker_instance_type
+from toolkit.errors import SpecError
+from toolkit.job_definition import REPO_ROOT, list_jobs, load_job
+from toolkit.render import (
+    default_image_uri,
+    job_requirements,
+    output_location_warning,
+    prepare_submission,
+    render_job_yaml,
+)
+from toolkit.spec_loading import load_job_spec, read_spec_file
+
+EXAMPLE = REPO_ROOT / "job.yaml.example"
+EXAMPLE_ARGS = ["render", "text-industry", "--rows", "1M"]
+
+
+def anyscale_job_config(path: Path):
+    from anyscale.job.models import JobConfig
+
+    return JobConfig.from_yaml(str(path))
+
+
+def spec(job: str = "text-industry", **overrides: object):
+    return load_job_spec(load_job(job), overrides=overrides)
+
+
+def test_job_yaml_example_is_the_exact_render_output(tmp_path: Path) -> None:
+    """Regenerate with: toolkit render text-industry --rows 1M -o job.yaml.example"""
+    result = CliRunner().invoke(main, [*EXAMPLE_ARGS, "-o", str(tmp_path / "job.yaml")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "job.yaml").read_text() == EXAMPLE.read_text(), (
+        "job.yaml.example is stale; regenerate it with: "
+        "toolkit render text-industry --rows 1M -o job.yaml.example"
+    )
+    assert result.stderr.startswith(
+        "Warning: data.output 'out/text-industry' is a relative path: on Anyscale it would be "
+        "written to the head node's disk")
+    assert "/mnt/cluster_storage" in result.stderr and "s3://" in result.stderr
+
+
+def test_job_yaml_example_loads_with_anyscale_and_points_at_its_spec() -> None:
+    config = anyscale_job_config(EXAMPLE)
+    assert config.name == "text-industry"
+    assert config.image_uri == default_image_uri()
+    assert config.working_dir == "."
+    assert config.max_retries == 2
+    assert config.compute_config.head_node.instance_type == "m5.2xlarge"
+    [workers] = config.compute_config.worker_nodes
+    assert (workers.instance_type, workers.min_nodes, workers.max_nodes) == ("g6.2xlarge", 0, 10)
+    module, spec_flag, spec_path = config.entrypoint.split()[2:5]
+    assert (module, spec_flag) == ("jobs.text_industry", "--spec")
+    # The spec file it names is in the repository and holds the rendered spec.
+    loaded = read_spec_file(load_job("text-industry"), REPO_ROOT / spec_path)
+    assert loaded.data.rows == 1_000_000
+    name_hash = Path(spec_path).stem.rsplit("-", 1)[1]
+    assert hashlib.sha256((REPO_ROOT / spec_path).read_bytes()).hexdigest().startswith(name_hash)
+    assert not any(spec_path.startswith(e) for e in config.excludes)
+
+
+@pytest.mark.parametrize("job", list_jobs())
+def test_every_template_renders_to_a_valid_anyscale_job(job: str, tmp_path: Path) -> None:
+    job_spec = spec(job)
+    result = render_job_yaml(job_spec, working_dir=tmp_path)
+    path = tmp_path / "job.yaml"
+    path.write_text(result.text)
+    config = anyscale_job_config(path)
+    assert config.entrypoint == (
+        f"python -m jobs.{job.replace('-', '_')} --spec {result.spec_path.as_posix()}")
+    assert (tmp_path / result.spec_path).is_file()
+    [workers] = config.compute_config.worker_nodes
+    assert workers.instance_type == worker_instance_type(job_spec.engine.accelerator_type)
+    assert config.env_vars == {"PYTHONUNBUFFERED": "1"}
+    for exclude in (".git", ".venv", "out", "outputs", "__pycache__", "*.egg-info"):
+        assert exclude in config.excludes
+
+
+def test_rendering_is_deterministic_and_named_by_the_spec_hash(tmp_path: Path) -> None:
+    first = render_job_yaml(spec(**{"data.rows": "10k"}), working_dir=tmp_path)
+    second = render_job_yaml(spec(**{"data.rows": "10k"}), working_dir=tmp_path)
+    other = render_job_yaml(spec(**{"data.rows": "20k"}), working_dir=tmp_path)
+    assert first.text == second.text
+    assert first.spec_path == second.spec_path != other.spec_path
+    digest = hashlib.sha256((tmp_path / first.spec_path).read_bytes()).hexdigest()
+    assert first.spec_path.name == f"text-industry-{digest[:10]}.json"
+
+
+def test_secrets_never_reach_a_rendered_file(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_do_not_write")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws_secret_do_not_write")
+    result = render_job_yaml(spec(), working_dir=tmp_path)
+    config = yaml.safe_load(result.text)
+    assert set(config["env_vars"]) == {"PYTHONUNBUFFERED"}
+    assert "do_not_write" not in result.text
+    assert "do_not_write" not in (tmp_path / result.spec_path).read_text()
+    # ...while submit would pass them, by name, from the environment.
+    assert secret_env() == {"AWS_SECRET_ACCESS_KEY": "aws_secret_do_not_write",
+                            "HF_TOKEN": "hf_secret_do_not_write"}
+    with pytest.raises(SpecError, match="Refusing to put HF_TOKEN into a rendered job.yaml"):
+        check_no_secrets({"HF_TOKEN": "x", "PYTHONUNBUFFERED": "1"}, "a rendered job.yaml")
+
+
+def test_local_file_aws_variables_are_not_forwarded() -> None:
+    environ = {"AWS_PROFILE": "dev", "AWS_CA_BUNDLE": "/etc/ca.pem", "AWS_REGION": "us-west-2",
+               "HF_TOKEN": ""}
+    assert secret_env(environ) == {"AWS_REGION": "us-west-2"}
+
+
+def test_render_prints_to_stdout_without_o() -> None:
+    result = CliRunner().invoke(main, EXAMPLE_ARGS)
+    assert result.exit_code == 0
+    assert result.stdout == EXAMPLE.read_text()
+
+
+def test_output_location_warnings() -> None:
+    assert output_location_warning("s3://bucket/out", "anyscale") is None
+    assert output_location_warning("/mnt/cluster_storage/out", "anyscale") is None
+    assert "a local path" in output_location_warning("/tmp/out", "anyscale")
+    assert "inside the job's temporary working dir" in output_location_warning("out", "ray")
+    assert output_location_warning("gs://bucket/out", "ray") is None
+
+
+def test_local_submissions_resolve_a_relative_output(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    submission = prepare_submission(spec(), target="ray", local=True, working_dir=tmp_path)
+    assert submission.spec.data.output == str(tmp_path / "out" / "text-industry")
+    assert submission.warnings == []
+    written = json.loads((tmp_path / submission.request.spec_path).read_text())
+    assert written["data"]["output"] == str(tmp_path / "out" / "text-industry")
+
+
+def test_overwrite_reaches_the_entrypoint(tmp_path: Path) -> None:
+    request = prepare_submission(spec(), overwrite=True, working_dir=tmp_path).request
+    assert request.entrypoint.endswith(" --overwrite")
+
+
+def test_worker_instance_types_come_from_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ACCELERATOR_INSTANCE_TYPES == {
+        "L4": "g6.2xlarge", "A10G": "g5.2xlarge", "T4": "g4dn.2xlarge",
+        "L40S": "g6e.2xlarge", "A100": "p4d.24xlarge", "H100": "p5.48xlarge",
+    }
+    assert worker_instance_type("l4") == "g6.2xlarge"
+    assert worker_instance_type(None) == "m5.2xlarge"  # CPU engine
+    assert worker_instance_type("L4", override="g6.12xlarge") == "g6.12xlarge"
+    assert worker_instance_type("L4", table={"L4": "g2-standard-8"}) == "g2-standard-8"
+    monkeypatch.setenv("TOOLKIT_INSTANCE_TYPES", "L4=g6.4xlarge, B200=p6-b200.48xlarge")
+    assert worker_instance_type("L4") == "g6.4xlarge"
+    assert worker_instance_type("B200") == "p6-b200.48xlarge"
+
+
+def test_unknown_accelerator_is_a_spec_error_with_a_way_out(tmp_path: Path) -> None:
+    specs_before = set((REPO_ROOT / ".toolkit" / "specs").glob("*.json"))
+    result = CliRunner().invoke(main, [*EXAMPLE_ARGS, "--accelerator", "TPU-v9"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "Error: No worker instance type is known for accelerator 'TPU-v9' (known: A100, ")
+    assert "--set compute.worker_instance_type=<instance type>" in result.stderr
+    # Refused before anything was written.
+    assert set((REPO_ROOT / ".toolkit" / "specs").glob("*.json")) == specs_before
+    override = render_job_yaml(
+        spec(**{"engine.accelerator_type": "TPU-v9", "compute.worker_instance_type": "ct9.big"}),
+        working_dir=tmp_path)
+    assert "instance_type: ct9.big" in override.text
+
+
+def test_min_workers_above_max_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"compute.min_workers \(5\) is more than"):
+        render_job_yaml(spec(**{"compute.min_workers": 5, "compute.max_workers": 2}),
+                        working_dir=tmp_path)
+
+
+def test_image_and_requirements(tmp_path: Path) -> None:
+    assert default_image_uri("2.60.0") == "anyscale/ray-llm:2.60.0-py311-cu128"
+    ray_llm = default_image_uri("2.60.0")
+    assert job_requirements(spec(), ray_llm) == []  # vLLM is in the image
+    assert job_requirements(spec(), "myorg/custom:1") == ["ray[llm]<2.61,>=2.60"]
+    assert job_requirements(spec(**{"data.input": "hf://org/dataset"}), ray_llm) == [
+        "datasets>=3"]
+    custom = render_job_yaml(spec(**{"compute.image_uri": "anyscale/image/mine:3"}),
+                             working_dir=tmp_path)
+    config = yaml.safe_load(custom.text)
+    assert config["image_uri"] == "anyscale/image/mine:3"
+    assert config["requirements"] == ["ray[llm]<2.61,>=2.60"]
+
+
+def test_upload_size_warning_names_what_to_exclude(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data" / "big.bin", "wb") as handle:
+        handle.truncate(101 * 2**20)  # sparse: no disk used
+    (tmp_path / ".git").mkdir()
+    with open(tmp_path / ".git" / "pack", "wb") as handle:
+        handle.truncate(500 * 2**20)
+    warning = upload_size_warning(tmp_path, [".git"])
+    assert warning is not None
+    assert "is about 101 MiB, over 100 MiB" in warning
+    assert "data (101 MiB)" in warning and ".git" not in warning.split("Biggest")[1]
+    assert upload_size_warning(tmp_path, [".git", "data"]) is None
+
+
+def test_render_does_not_import_ray_torch_or_transformers(tmp_path: Path) -> None:
+    code = textwrap.dedent(f"""
+        import json, sys
+        from click.testing import CliRunner
+        from toolkit.cli import main
+        result = CliRunner().invoke(main, {[*EXAMPLE_ARGS, "-o", str(tmp_path / "job.yaml")]!r})
+        assert result.exit_code == 0, result.output
+        heavy = ("ray", "torch", "transformers", "vllm")
+        print(json.dumps([name for name in heavy if name in sys.modules]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    assert (tmp_path / "job.yaml").read_text() == EXAMPLE.read_text()

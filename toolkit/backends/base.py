@@ -1,0 +1,262 @@
+"""What every backend speaks: the job models, the status enum and the Protocol.
+
+A backend runs a prepared job somewhere else (a Ray cluster through the Ray Jobs
+API, or Anyscale) and answers questions about it. The CLI and
+:mod:`toolkit.watching` only use this module's names, so adding a backend means
+implementing :class:`Backend` and registering it in :mod:`toolkit.backends`.
+
+Nothing here imports Ray or Anyscale.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolkit.errors import SpecError
+
+
+class JobStatus(str, Enum):
+    """Where a submitted job is in its life. The same names as Ray's ``JobStatus``."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    #: The service reported a state this toolkit does not know (not terminal).
+    UNKNOWN = "UNKNOWN"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def is_terminal(self) -> bool:
+        """``True`` once the job can no longer change: SUCCEEDED, FAILED or STOPPED."""
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobHandle(_Model):
+    """What ``submit`` returns: enough to find the job again."""
+
+    backend: str = Field(description="'ray' or 'anyscale'.")
+    job_id: str = Field(description="The submission id (Ray) or job id (Anyscale).")
+    address: str | None = Field(
+        None, description="The Ray dashboard URL the job went to; None for Anyscale."
+    )
+    url: str | None = Field(None, description="Where to watch the job in a browser.")
+
+
+class JobInfo(_Model):
+    """A job's state as one backend reports it. Never carries env vars or secrets."""
+
+    backend: str
+    job_id: str
+    status: JobStatus
+    name: str | None = None
+    entrypoint: str | None = None
+    message: str | None = Field(None, description="The backend's one-line explanation.")
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    url: str | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.start_time is None or self.end_time is None:
+            return None
+        return (self.end_time - self.start_time).total_seconds()
+
+
+class SubmitRequest(_Model):
+    """A job ready to run: the spec file written, the entrypoint and what to upload.
+
+    :func:`toolkit.render.prepare_submission` builds it from a validated spec; the
+    Ray backend turns it into a runtime_env and the Anyscale backend into a
+    ``JobConfig``. It holds no secrets: those are passed to ``submit`` separately
+    and never stored.
+    """
+
+    job: str = Field(description="The job template name, e.g. 'text-industry'.")
+    name: str = Field(description="Job name shown by the backend.")
+    entrypoint: str = Field(description="Command run in the uploaded working dir.")
+    working_dir: Path = Field(description="Absolute directory uploaded with the job.")
+    spec_path: Path = Field(description="The spec file, relative to working_dir.")
+    excludes: list[str] = Field(description="Globs left out of the upload.")
+    requirements: list[str] = Field(
+        default_factory=list, description="pip requirements installed on top of the image."
+    )
+    env_vars: dict[str, str] = Field(
+        default_factory=dict, description="Non-secret environment variables for the job."
+    )
+    image_uri: str = Field(description="Container image (Anyscale).")
+    compute_config: dict[str, Any] = Field(
+        description="Anyscale compute config mapping: head_node, worker_nodes, cloud."
+    )
+    max_retries: int = Field(description="Anyscale retries of the whole job.")
+    cloud: str | None = None
+
+
+class JobNotFoundError(SpecError):
+    """The backend has no job with that id (exit code 2: a bad argument)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A place jobs run. Every method raises a :class:`toolkit.errors.ToolkitError`:
+    ``BackendUnavailableError`` (exit 3) when the service can't be reached or
+    refuses the credentials, :class:`JobNotFoundError` (exit 2) for an unknown id.
+    """
+
+    #: ``"ray"`` or ``"anyscale"``.
+    name: str
+    #: Seconds between status polls while following a job.
+    poll_interval_s: float
+
+    def submit(self, request: SubmitRequest, secrets: Mapping[str, str]) -> JobHandle:
+        """Start the job. ``secrets`` become env vars of the job and are never stored."""
+        ...
+
+    def status(self, job_id: str) -> JobInfo:
+        """The job's current state."""
+        ...
+
+    def logs(self, job_id: str) -> str:
+        """Everything the job's driver printed so far."""
+        ...
+
+    def stop(self, job_id: str) -> bool:
+        """Ask the job to stop; ``False`` if it had already ended."""
+        ...
+
+    def list(self) -> list[JobInfo]:
+        """Jobs this backend knows, newest first."""
+        ...
+
+
+# --- secrets -------------------------------------------------------------------------
+
+#: Variables passed from the caller's environment to the job at submit time.
+SECRET_ENV_NAMES: tuple[str, ...] = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "WANDB_API_KEY",
+    "OPENAI_API_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
+
+
+def secret_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The secrets to hand a job, taken from ``environ`` (default: ``os.environ``).
+
+    Only :data:`SECRET_ENV_NAMES` that are set and non-empty; names that point at
+    local files (``AWS_PROFILE``, ``AWS_CA_BUNDLE``) would be useless on a cluster.
+    Only names, never values, may be shown to users: see :func:`describe_secrets`.
+    """
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in sorted(SECRET_ENV_NAMES) if environ.get(name)}
+
+
+def describe_secrets(secrets: Mapping[str, str]) -> str:
+    """``"HF_TOKEN, AWS_ACCESS_KEY_ID"``: the names only."""
+    return ", ".join(sorted(secrets)) or "none"
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an env var name looks like it holds a credential."""
+    upper = name.upper()
+    return name in SECRET_ENV_NAMES or any(marker in upper for marker in _SECRET_MARKERS)
+
+
+def check_no_secrets(env_vars: Mapping[str, str], where: str) -> None:
+    """Refuse to write secret-looking variables into ``where`` (a file or a request).
+
+    Raises:
+        SpecError: naming the variables (not their values).
+    """
+    bad = sorted(name for name in env_vars if looks_secret(name))
+    if bad:
+        raise SpecError(
+            f"Refusing to put {', '.join(bad)} into {where}: it looks like a secret.",
+            hint="Secrets are passed from your environment at submit time "
+            f"({', '.join(SECRET_ENV_NAMES)}, AWS_*); export them instead.",
+        )
+
+
+# --- upload size ---------------------------------------------------------------------
+
+#: Warn above this: uploads this big are slow on every submit, and the Ray Jobs
+#: docs' working_dir limit has been 100 MiB (newer Ray accepts up to 512 MiB).
+UPLOAD_WARN_BYTES = 100 * 1024 * 1024
+
+
+def _excluded(relative: str, name: str, excludes: list[str]) -> bool:
+    for pattern in excludes:
+        pattern = pattern.rstrip("/")
+        if "/" in pattern.lstrip("/"):
+            if fnmatch.fnmatch(relative, pattern.lstrip("/")):
+                return True
+        elif fnmatch.fnmatch(name, pattern):
+            return True
+    return False
+
+
+def upload_size(working_dir: Path, excludes: list[str]) -> tuple[int, dict[str, int]]:
+    """Bytes a working_dir upload would hold (before zipping), and per top-level entry.
+
+    ``excludes`` are matched like Ray does for simple patterns: a pattern without
+    ``/`` matches a file or directory name at any depth, one with ``/`` a path
+    relative to ``working_dir``.
+    """
+    total = 0
+    per_entry: dict[str, int] = {}
+    root = Path(working_dir)
+    for current, dirs, files in os.walk(root):
+        rel_dir = os.path.relpath(current, root)
+        rel_dir = "" if rel_dir == "." else rel_dir
+        dirs[:] = [
+            d for d in dirs if not _excluded(os.path.join(rel_dir, d), d, excludes)
+        ]
+        for name in files:
+            relative = os.path.join(rel_dir, name)
+            if _excluded(relative, name, excludes):
+                continue
+            try:
+                size = os.lstat(os.path.join(current, name)).st_size
+            except OSError:
+                continue
+            total += size
+            top = relative.split(os.sep, 1)[0]
+            per_entry[top] = per_entry.get(top, 0) + size
+    return total, per_entry
+
+
+def upload_size_warning(
+    working_dir: Path, excludes: list[str], limit: int = UPLOAD_WARN_BYTES
+) -> str | None:
+    """A warning naming the biggest entries when the upload would exceed ``limit``."""
+    total, per_entry = upload_size(working_dir, excludes)
+    if total <= limit:
+        return None
+    biggest = sorted(per_entry.items(), key=lambda item: -item[1])[:5]
+    listed = ", ".join(f"{name} ({size / 2**20:.0f} MiB)" for name, size in biggest)
+    return (
+        f"The working dir {working_dir} is about {total / 2**20:.0f} MiB, over "
+        f"{limit / 2**20:.0f} MiB; every submit uploads it and Ray may refuse it. "
+        f"Biggest entries: {listed}. Move data and models out of it (read them from "
+        "s3:// or shared storage) or add them to the excludes."
+    )

@@ -1,0 +1,322 @@
+"""``toolkit render | submit | status | logs | stop | list``: jobs that run elsewhere.
+
+Each command parses its flags, calls the library (:mod:`toolkit.render`,
+:mod:`toolkit.backends`, :mod:`toolkit.watching`) and prints. Human-readable notes
+go to stderr; stdout carries what scripts want: the job id from ``submit``, the
+job's logs, ``status``/``list`` output (``--output json`` for machines).
+
+Exit codes (see :mod:`toolkit.errors`): 0 ok / job SUCCEEDED, 2 bad spec, flag or
+job id, 3 cluster unreachable or not logged in, 4 job FAILED, 5 job STOPPED, 6 a
+wait timed out.
+
+The commands are registered on ``toolkit.cli.main`` by the block at the end of
+``toolkit/cli.py``; the last lines here do the same if this module is imported
+first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+# Defined before importing toolkit.cli, which imports this module back at its end.
+CLUSTER_COMMANDS: list[click.Command] = []
+
+from toolkit.cli import _spec_flag_values, load_spec_from_flags, spec_options
+
+DEFAULT_FOLLOW_TIMEOUT_S = 24 * 3600.0
+
+
+def _note(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def backend_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--backend`` and ``--address``, shared by every command that talks to a backend."""
+    command = click.option(
+        "--address",
+        metavar="URL|local",
+        help="Ray cluster (backend ray): its dashboard URL, e.g. http://HEAD:8265, or "
+        "'local' to start or reuse a Ray head on this machine. Default: $RAY_ADDRESS.",
+    )(command)
+    command = click.option(
+        "--backend",
+        type=click.Choice(["ray", "anyscale"]),
+        default="ray",
+        show_default=True,
+        envvar="TOOLKIT_BACKEND",
+        help="Where jobs run: a Ray cluster (Ray Jobs API) or Anyscale ($TOOLKIT_BACKEND).",
+    )(command)
+    return command
+
+
+def _open(backend: str, address: str | None) -> Any:
+    from toolkit.backends import open_backend
+
+    return open_backend(backend, address, on_event=_note)
+
+
+def _target_flags(backend: str, address: str | None) -> str:
+    if backend == "anyscale":
+        return " --backend anyscale"
+    return f" --address {address}" if address else ""
+
+
+def _timeout_option(default: float, text: str) -> Callable[..., Any]:
+    return click.option(
+        "--timeout", type=click.FloatRange(min=0), default=default, show_default=True,
+        metavar="SECONDS", help=text,
+    )
+
+
+def _follow(target: Any, job_id: str, timeout: float, flags: str) -> None:
+    """Stream logs until the job ends; exit 0 / 4 / 5, or 6 on timeout."""
+    from toolkit.errors import WaitTimeoutError
+    from toolkit.watching import follow, raise_for_outcome
+
+    def show_status(info: Any) -> None:
+        if not info.status.is_terminal():
+            _note(f"Job {job_id} is {info.status}.")
+
+    try:
+        info = follow(
+            target, job_id, timeout_s=timeout,
+            on_log=lambda text: click.echo(text, nl=False), on_status=show_status,
+        )
+    except KeyboardInterrupt:
+        _note(f"\nStopped following; the job keeps running. Stop it with: "
+              f"toolkit stop {job_id}{flags}")
+        raise SystemExit(130) from None
+    except WaitTimeoutError as exc:
+        raise WaitTimeoutError(
+            exc.message,
+            hint=f"Watch it again with `toolkit logs {job_id}{flags} --follow`, or stop it "
+            f"with `toolkit stop {job_id}{flags}`.",
+        ) from None
+    took = f" in {info.duration_s:.1f} s" if info.duration_s is not None else ""
+    _note(f"Job {job_id} {info.status}{took}.")
+    raise_for_outcome(info)
+
+
+# --- render ------------------------------------------------------------------------
+
+
+@click.command("render")
+@spec_options
+@click.option("-o", "job_yaml", type=click.Path(path_type=Path, dir_okay=False),
+              metavar="FILE", help="Write the job.yaml here (default: print it).")
+@click.option("--overwrite", is_flag=True,
+              help="Let the job replace results already in data.output.")
+def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
+                   job_yaml: Path | None, overwrite: bool, **kwargs: Any) -> None:
+    """Render JOB as an Anyscale job.yaml, validated with anyscale's own models.
+
+    The spec is saved beside it in .toolkit/specs/<job>-<hash>.json, which the
+    entrypoint reads; submit the file from the repository root.
+
+    \b
+    Example:
+      toolkit render text-industry --rows 1M --output s3://bucket/industry -o job.yaml
+      anyscale job submit -f job.yaml --env HF_TOKEN=$HF_TOKEN
+    """
+    from toolkit.render import render_job_yaml
+
+    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    result = render_job_yaml(spec, overwrite=overwrite)
+    for warning in result.warnings:
+        _note(f"Warning: {warning}")
+    if job_yaml is None:
+        click.echo(result.text, nl=False)
+        return
+    job_yaml.parent.mkdir(parents=True, exist_ok=True)
+    job_yaml.write_text(result.text, encoding="utf-8")
+    _note(f"Wrote {job_yaml} (spec: {result.spec_path.as_posix()}).")
+    _note(f"Submit it from the repository root: anyscale job submit -f {job_yaml}")
+
+
+# --- submit ------------------------------------------------------------------------
+
+
+@click.command("submit")
+@spec_options
+@backend_options
+@click.option("--follow", is_flag=True,
+              help="Stream the job's logs until it ends; exit 0 if it SUCCEEDED, 4 FAILED, "
+                   "5 STOPPED, 6 on --timeout.")
+@_timeout_option(DEFAULT_FOLLOW_TIMEOUT_S, "With --follow: stop watching after this long "
+                                           "(the job keeps running).")
+@click.option("--overwrite", is_flag=True,
+              help="Let the job replace results already in data.output.")
+def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
+                   backend: str, address: str | None, follow: bool, timeout: float,
+                   overwrite: bool, **kwargs: Any) -> None:
+    """Submit JOB to a Ray cluster or Anyscale; print its id and how to watch it.
+
+    Secrets (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, WANDB_API_KEY, AWS_*) are passed
+    from your environment to the job; they are never written to a file or printed.
+
+    \b
+    Examples:
+      toolkit submit text-industry --rows 1000 --smoke --address local --follow
+      toolkit submit text-industry --rows 1M --output s3://bucket/industry \\
+          --address http://head:8265
+      toolkit submit text-industry --rows 1M --output s3://bucket/industry --backend anyscale
+    """
+    from toolkit.backends.base import describe_secrets, secret_env
+    from toolkit.render import prepare_submission
+    from toolkit.reporting import SMOKE_WARNING
+
+    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    target = _open(backend, address)
+    submission = prepare_submission(spec, target=backend, local=getattr(target, "local", False),
+                                    overwrite=overwrite)
+    for warning in submission.warnings:
+        _note(f"Warning: {warning}")
+    spec = submission.spec
+    secrets = secret_env()
+    where = getattr(target, "address", None) or "Anyscale"
+    _note(f"Submitting {job} to {where}: {spec.engine.kind} with {spec.engine.model}, "
+          f"{spec.data.input} -> {spec.data.output}")
+    if spec.uses_sample_model:
+        _note(SMOKE_WARNING)
+    if secrets:
+        _note(f"Passing from your environment: {describe_secrets(secrets)}")
+    handle = target.submit(submission.request, secrets)
+    flags = _target_flags(backend, address)
+    click.echo(handle.job_id)
+    _note(f"Submitted job {handle.job_id}" + (f"; watch it at {handle.url}" if handle.url else ""))
+    _note(f"  Spec:    {submission.request.spec_path.as_posix()}")
+    _note(f"  Output:  {spec.data.output}")
+    if not follow:
+        _note("Next:")
+        _note(f"  toolkit status {handle.job_id}{flags}")
+        _note(f"  toolkit logs {handle.job_id}{flags} --follow")
+        _note(f"  toolkit stop {handle.job_id}{flags}")
+        return
+    _note(f"Following its logs (Ctrl-C stops watching, not the job; "
+          f"`toolkit stop {handle.job_id}{flags}` stops it).")
+    _follow(target, handle.job_id, timeout, flags)
+
+
+# --- status, logs, list, stop ------------------------------------------------------
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "-"
+
+
+def format_info(info: Any) -> str:
+    lines = [f"Job {info.job_id}: {info.status}"]
+    rows = [
+        ("name", info.name),
+        ("entrypoint", info.entrypoint),
+        ("message", info.message),
+        ("started", _when(info.start_time) if info.start_time else None),
+        ("ended", _when(info.end_time) if info.end_time else None),
+        ("duration", f"{info.duration_s:.1f} s" if info.duration_s is not None else None),
+        ("url", info.url),
+    ]
+    lines += [f"  {label + ':':11} {value}" for label, value in rows if value]
+    return "\n".join(lines)
+
+
+@click.command("status")
+@click.argument("job_id")
+@backend_options
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def status_command(job_id: str, backend: str, address: str | None, output: str) -> None:
+    """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)."""
+    info = _open(backend, address).status(job_id)
+    click.echo(info.model_dump_json(indent=2) if output == "json" else format_info(info))
+
+
+@click.command("logs")
+@click.argument("job_id")
+@backend_options
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep streaming until the job ends; exit 0 SUCCEEDED, 4 FAILED, 5 STOPPED, "
+                   "6 on --timeout.")
+@_timeout_option(DEFAULT_FOLLOW_TIMEOUT_S, "With --follow: stop watching after this long.")
+def logs_command(job_id: str, backend: str, address: str | None, follow: bool,
+                 timeout: float) -> None:
+    """Print JOB_ID's logs (the driver's output)."""
+    target = _open(backend, address)
+    if follow:
+        _follow(target, job_id, timeout, _target_flags(backend, address))
+    else:
+        click.echo(target.logs(job_id), nl=False)
+
+
+@click.command("list")
+@backend_options
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def list_command(backend: str, address: str | None, output: str) -> None:
+    """List submitted jobs, newest first."""
+    infos = _open(backend, address).list()
+    if output == "json":
+        click.echo(json.dumps([info.model_dump(mode="json") for info in infos], indent=2))
+        return
+    if not infos:
+        _note("No jobs yet.")
+        return
+    width = max(len(info.job_id) for info in infos)
+    click.echo(f"{'JOB ID':{width}}  {'STATUS':9}  {'STARTED':23}  NAME")
+    for info in infos:
+        click.echo(f"{info.job_id:{width}}  {info.status.value:9}  {_when(info.start_time):23}  "
+                   f"{info.name or info.entrypoint or ''}")
+
+
+@click.command("stop")
+@click.argument("job_id", required=False)
+@backend_options
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the job has stopped.")
+@_timeout_option(60.0, "With --wait: give up waiting after this long (exit 6).")
+@click.option("--local-head", is_flag=True,
+              help="Instead of a job, stop the Ray head that --address local started.")
+def stop_command(job_id: str | None, backend: str, address: str | None, wait: bool,
+                 timeout: float, local_head: bool) -> None:
+    """Stop JOB_ID (or, with --local-head, the local Ray head)."""
+    if local_head:
+        if job_id:
+            raise click.UsageError("Give a JOB_ID or --local-head, not both.")
+        from toolkit.backends.local_head import stop_local_head
+
+        head = stop_local_head()
+        _note(f"Stopped the local Ray head at {head.dashboard_url}." if head
+              else "No local Ray head was running.")
+        return
+    if not job_id:
+        raise click.UsageError("Missing JOB_ID (or pass --local-head).")
+    from toolkit.watching import follow
+
+    target = _open(backend, address)
+    if not target.stop(job_id):
+        _note(f"Job {job_id} had already ended ({target.status(job_id).status}).")
+        return
+    if not wait:
+        _note(f"Stop requested for job {job_id}.")
+        return
+    _note(f"Stopping job {job_id}...")
+    info = follow(target, job_id, timeout_s=timeout)
+    _note(f"Job {job_id} is {info.status}.")
+
+
+CLUSTER_COMMANDS.extend(
+    [render_command, submit_command, status_command, logs_command, stop_command, list_command]
+)
+
+
+def _register() -> None:
+    from toolkit.cli import main
+
+    for command in CLUSTER_COMMANDS:
+        if command.name not in main.commands:
+            main.add_command(command)
+
+
+_register()

@@ -1,0 +1,148 @@
+"""The input side of a resumable run: a plan Ray Data's checkpointing can filter.
+
+Ray Data checkpointing (``ray.data.checkpoint.CheckpointConfig``) records the id of
+every written row and, on a rerun, drops those rows right at the Read operator. It
+applies to read -> map -> write plans, so:
+
+- generated samples are a datasource (their Read yields ``Index``);
+- a ``--rows``-limited file input is staged once into ``<output>/_input`` (the
+  limit and the split into blocks happen there), and the run reads that; a
+  resumed run reads the very same rows, where ``limit`` after a filtered read
+  would take different ones;
+- a streamed Hugging Face dataset has no such Read, so it is not resumable and
+  the run says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from toolkit.errors import SpecError
+from toolkit.input_data import (
+    HF_PREFIX,
+    SAMPLE_INPUTS,
+    input_schema,
+    open_input,
+    read_image_folder,
+    sample_images_folder,
+)
+from toolkit.output_data import STAGED_INPUT_DIR, output_filesystem, output_path
+from toolkit.spec import SAMPLE_PREFIX, JobSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from ray.data import Dataset
+
+DEFAULT_SAMPLE_ROWS = 1000
+_STAGED_MARKER = "_complete"
+
+NOT_RESUMABLE_NOTE = (
+    "Resume is not available for a streamed Hugging Face dataset (Ray Data's "
+    "checkpointing needs a file or generated source): if this run is interrupted, "
+    "rerun it with --overwrite, or first save the dataset to parquet and use that."
+)
+
+
+@dataclass
+class RunSource:
+    dataset: "Dataset"
+    resumable: bool
+    note: str | None = None
+
+
+def open_run_source(spec: JobSpec, check_schema: Callable[["pa.Schema"], None]) -> RunSource:
+    """The dataset a run reads, shaped so that a rerun can resume it.
+
+    ``check_schema`` sees the input's schema before anything is staged or run, so
+    a missing column fails fast.
+    """
+    import ray.data
+
+    data = spec.data
+    if data.input.startswith(SAMPLE_PREFIX):
+        ds = _sample_dataset(data.input[len(SAMPLE_PREFIX):], data.rows, data.seed,
+                             data.partitions)
+        check_schema(input_schema(ds, data.input))
+        return RunSource(ds, True)
+    ds = open_input(data)
+    check_schema(input_schema(ds, data.input))
+    if data.input.startswith(HF_PREFIX):
+        return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
+    if data.rows is None:
+        return RunSource(ds, True)
+    return RunSource(ray.data.read_parquet(stage_input(spec)), True)
+
+
+def _sample_dataset(name: str, rows: int | None, seed: int, partitions: int | None) -> "Dataset":
+    import ray.data
+
+    if name == "customers":
+        from toolkit.samples.customers_datasource import CustomersDatasource
+
+        rows = rows or DEFAULT_SAMPLE_ROWS
+        blocks = partitions or max(1, min(64, math.ceil(rows / 20_000)))
+        return ray.data.read_datasource(CustomersDatasource(rows, seed), override_num_blocks=blocks)
+    if name == "images":
+        return read_image_folder(str(sample_images_folder(rows or 50, seed)))
+    raise SpecError(
+        f"data.input: unknown sample input {SAMPLE_PREFIX + name!r}.",
+        hint=f"Use one of: {', '.join(SAMPLE_PREFIX + s for s in SAMPLE_INPUTS)}.",
+    )
+
+
+def stage_input(spec: JobSpec) -> str:
+    """Write the first ``data.rows`` input rows to ``<output>/_input`` once; return its path."""
+    data = spec.data
+    assert data.rows is not None
+    fs, root = output_filesystem(data.output)
+    staged = output_path(data.output, STAGED_INPUT_DIR)
+    marker = f"{root}/{STAGED_INPUT_DIR}/{_STAGED_MARKER}"
+    import pyarrow.fs
+
+    if fs.get_file_info(marker).type == pyarrow.fs.FileType.File:
+        return staged
+    if fs.get_file_info(f"{root}/{STAGED_INPUT_DIR}").type != pyarrow.fs.FileType.NotFound:
+        fs.delete_dir(f"{root}/{STAGED_INPUT_DIR}")
+    with checkpointing(None):  # staging copies the input once; it has nothing to resume
+        ds = open_input(data).limit(data.rows)
+        if data.partitions:
+            ds = ds.repartition(target_num_rows_per_block=math.ceil(data.rows / data.partitions))
+        ds.write_parquet(staged)
+    with fs.open_output_stream(marker):
+        pass
+    return staged
+
+
+@contextlib.contextmanager
+def checkpointing(config: object | None) -> Iterator[None]:
+    """Set Ray Data's checkpoint config for the runs inside the block, then restore it."""
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    previous = context.checkpoint_config
+    context.checkpoint_config = config
+    try:
+        yield
+    finally:
+        context.checkpoint_config = previous
+
+
+def checkpoint_config(spec: JobSpec, id_column: str) -> object:
+    """Ray Data's checkpoint of written ids, kept in ``<output>/_checkpoint``.
+
+    We delete it ourselves once the summary is written, so a crash between the two
+    can't leave results without either a summary or a checkpoint.
+    """
+    from ray.data.checkpoint import CheckpointConfig
+
+    from toolkit.output_data import CHECKPOINT_DIR
+
+    return CheckpointConfig(
+        id_column=id_column,
+        checkpoint_path=output_path(spec.data.output, CHECKPOINT_DIR),
+        delete_checkpoint_on_success=False,
+    )

@@ -1,0 +1,112 @@
+"""Watch a submitted job until it ends: bounded, with an injectable clock.
+
+:func:`follow` polls the backend's status and prints the log text that is new
+since the last poll; it returns the final :class:`JobInfo` or raises
+``WaitTimeoutError`` (exit 6) once ``timeout_s`` has passed. The job keeps running
+after a timeout. :func:`raise_for_outcome` turns the end state into the exit-code
+contract: SUCCEEDED 0, FAILED 4, STOPPED 5.
+
+Both take ``clock`` and ``sleep``, so tests drive time by hand and never sleep.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from toolkit.backends.base import Backend, JobInfo, JobStatus
+from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
+
+#: Default bound for --follow / logs --follow: long batch jobs run for hours.
+DEFAULT_TIMEOUT_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Where waiting code reads the time and sleeps. Tests pass a fake one."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+REAL_CLOCK = Clock()
+
+
+def follow(
+    backend: Backend,
+    job_id: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_log: Callable[[str], None] | None = None,
+    on_status: Callable[[JobInfo], None] | None = None,
+    poll_interval_s: float | None = None,
+    clock: Clock = REAL_CLOCK,
+) -> JobInfo:
+    """Wait for ``job_id`` to end, passing each new chunk of its log to ``on_log``.
+
+    Args:
+        timeout_s: Give up after this many seconds (the job keeps running).
+        on_log: Called with log text not shown before; ``None`` skips fetching logs.
+        on_status: Called whenever the status changes (including the first poll).
+        poll_interval_s: Seconds between polls (default: the backend's).
+        clock: Time source and sleep.
+
+    Returns:
+        The job's final info (SUCCEEDED, FAILED or STOPPED).
+
+    Raises:
+        WaitTimeoutError: still not ended after ``timeout_s``.
+        BackendUnavailableError / JobNotFoundError: from the backend.
+    """
+    interval = backend.poll_interval_s if poll_interval_s is None else poll_interval_s
+    deadline = clock.now() + timeout_s
+    shown = 0
+    last_status: JobStatus | None = None
+    while True:
+        info = backend.status(job_id)
+        if info.status != last_status:
+            last_status = info.status
+            if on_status is not None:
+                on_status(info)
+        if on_log is not None:
+            # Status first, logs second: once terminal, these logs are complete.
+            text = backend.logs(job_id)
+            if len(text) < shown:  # the service truncated or rotated them
+                shown = 0
+            if len(text) > shown:
+                on_log(text[shown:])
+                shown = len(text)
+        if info.status.is_terminal():
+            return info
+        remaining = deadline - clock.now()
+        if remaining <= 0:
+            raise WaitTimeoutError(
+                f"Job {job_id} is still {info.status} after {timeout_s:g} s; it keeps running.",
+                hint=f"Watch it again with `toolkit logs {job_id} --follow`, or stop it with "
+                f"`toolkit stop {job_id}` (add the same --backend/--address).",
+            )
+        clock.sleep(min(interval, remaining))
+
+
+def raise_for_outcome(info: JobInfo) -> None:
+    """Return for SUCCEEDED; raise ``JobFailedError`` (4) or ``JobStoppedError`` (5).
+
+    Raises:
+        JobFailedError: FAILED, with the backend's message.
+        JobStoppedError: STOPPED.
+        WaitTimeoutError: not terminal yet (a caller bug; exit 6).
+    """
+    if info.status == JobStatus.SUCCEEDED:
+        return
+    detail = f": {info.message}" if info.message else "."
+    if info.status == JobStatus.FAILED:
+        raise JobFailedError(
+            f"Job {info.job_id} FAILED{detail}",
+            hint=f"See why with `toolkit logs {info.job_id}`"
+            + (f" or {info.url}" if info.url else "")
+            + ".",
+        )
+    if info.status == JobStatus.STOPPED:
+        raise JobStoppedError(f"Job {info.job_id} was STOPPED{detail}")
+    raise WaitTimeoutError(f"Job {info.job_id} has not ended yet (status {info.status}).")
