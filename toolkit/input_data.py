@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -199,7 +200,10 @@ def input_schema(ds: "Dataset", source: str) -> "pa.Schema":
     import pyarrow as pa
 
     try:
-        schema = ds.schema()
+        with warnings.catch_warnings():
+            # This peek is not a write, so Ray says checkpointing doesn't apply to it.
+            warnings.filterwarnings("ignore", message=".*doesn't support checkpointing.*")
+            schema = ds.schema()
     except Exception as exc:  # noqa: BLE001 - surfaced as one readable input error
         raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
     if schema is None:

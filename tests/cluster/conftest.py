@@ -1,8 +1,8 @@
 """A real Ray head node for the cluster tests, and hygiene around it.
 
-``ray_head`` runs ``ray start --head --block`` on free ports with ``--num-cpus 2`` and
-its own ``--temp-dir``, records it as the ``--address local`` head of this test
-session (``$TOOLKIT_CACHE_DIR`` is a per-session temp dir, see tests/conftest.py),
+``ray_head`` runs ``ray start --head --block`` on free ports, with the CPU count a
+local ``toolkit run`` gets and its own ``--temp-dir``, records it as the
+``--address local`` head of this test session (``$TOOLKIT_CACHE_DIR`` is a per-session temp dir, see tests/conftest.py),
 and at the end stops exactly that head: SIGTERM to its ``ray start`` process, then
 any process still naming its temp dir. ``ray stop`` is never used: it would stop
 every Ray on the machine.
@@ -43,7 +43,7 @@ def ray_head() -> Iterator[LocalHead]:
     for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         os.environ.pop(name, None)
     temp_dir = Path(tempfile.mkdtemp(prefix="tkray-test-", dir="/tmp"))
-    head, process = start_head(temp_dir, num_cpus=2)
+    head, process = start_head(temp_dir)
     write_state(head, state_path())  # `--address local` now means this head
     try:
         yield head

@@ -239,3 +239,19 @@ def test_missing_token_is_explained(ray_head: LocalHead, tmp_path: Path) -> None
     assert caught.value.exit_code == 3
     assert "refused this client's credentials" in caught.value.message
     assert "RAY_AUTH_MODE=token" in caught.value.hint
+
+
+@pytest.mark.parametrize("job, rows, result_column", [
+    ("date-reformat", "100", "matches_reference"),
+    ("vlm-caption", "20", "generated_caption"),
+])
+def test_every_job_submits_and_succeeds(job: str, rows: str, result_column: str,
+                                         ray_head: LocalHead, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    result = invoke("submit", job, "--smoke", "--rows", rows, "--output", str(output),
+                    "--address", "local", "--follow")
+    assert result.exit_code == 0, result.output
+    assert f"Job {job} finished in" in result.stdout
+    table = pq.read_table(output)
+    assert table.num_rows == int(rows)
+    assert {result_column, "error"} <= set(table.column_names)

@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from toolkit.errors import BackendUnavailableError
+from toolkit.ray_connection import local_logical_cpus
 
 STATE_FILE_NAME = "local-head.json"
 START_TIMEOUT_S = 90.0
@@ -145,7 +146,8 @@ def start_head(
 
     Args:
         temp_dir: Ray's ``--temp-dir`` (keep it short); a new one under /tmp if unset.
-        num_cpus: CPUs the head offers to tasks; Ray counts them when unset.
+        num_cpus: CPUs the head offers to tasks; unset, as many as a local
+            ``toolkit run`` gets (``local_logical_cpus``: at least 4).
 
     Returns:
         The head, and the ``ray start --block`` process (terminating it stops the head).
@@ -165,7 +167,8 @@ def start_head(
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
-            head_command(temp_dir, gcs_port, dashboard_port, num_cpus),
+            head_command(temp_dir, gcs_port, dashboard_port,
+                         num_cpus if num_cpus is not None else local_logical_cpus()),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

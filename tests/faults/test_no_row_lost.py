@@ -1,0 +1,170 @@
+"""Every input row ends up exactly once in the output, whatever fails along the way.
+
+These tests run `toolkit run` as users do, in its own process group with its own
+local Ray, and break it for real: SIGKILL the engine actor, SIGKILL the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from toolkit.errors import JobFailedError
+from toolkit.job_definition import load_job
+from toolkit.local_run import run_job
+from toolkit.pipeline import run_pipeline
+from toolkit.spec_loading import load_job_spec
+
+ROWS = 2000
+BATCH = 64
+
+
+def toolkit_run(out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["toolkit", "run", "text-industry", "--smoke", "--rows", str(ROWS), "--partitions", "40",
+         "--batch-size", str(BATCH), "--output", str(out), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True,
+    )
+
+
+def written_rows(out: Path) -> int:
+    files = [f for f in out.glob("*.parquet")]
+    rows = 0
+    for f in files:
+        try:
+            rows += pq.read_metadata(f).num_rows
+        except Exception:  # a file still being written
+            continue
+    return rows
+
+
+def wait_for_rows(out: Path, proc: subprocess.Popen, at_least: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while written_rows(out) < at_least:
+        assert proc.poll() is None, "the run ended before the fault could be injected"
+        assert time.monotonic() < deadline, "rows were not written in time"
+        time.sleep(0.3)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the run and everything it started (its own local Ray included)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def output_ids(out: Path) -> list[int]:
+    return [int(i) for i in pq.read_table(out, columns=["Index"])["Index"].to_pylist()]
+
+
+def assert_exact(out: Path, rows: int = ROWS) -> None:
+    ids = output_ids(out)
+    assert len(ids) == rows, f"{len(ids)} rows written, {len(ids) - len(set(ids))} duplicates"
+    assert set(ids) == set(range(1, rows + 1))
+
+
+def test_a_killed_engine_actor_is_replaced_and_no_row_is_lost(tmp_path):
+    out = tmp_path / "out"
+    proc = toolkit_run(out)
+    try:
+        wait_for_rows(out, proc, at_least=300)
+        engines = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                   if "TransformersChatEngine" in " ".join(p.cmdline())]
+        assert engines, "no engine actor process found"
+        for engine in engines:
+            engine.send_signal(signal.SIGKILL)
+        stdout, _ = proc.communicate(timeout=300)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, stdout
+    assert "rows written:  2,000 (2,000 ok, 0 with an error)" in stdout
+    assert_exact(out)
+
+
+def test_a_killed_driver_resumes_with_only_the_remaining_rows(tmp_path):
+    out = tmp_path / "out"
+    proc = toolkit_run(out)
+    try:
+        wait_for_rows(out, proc, at_least=ROWS // 2)
+    finally:
+        kill_group(proc)
+    before = len(set(output_ids(out)))
+    assert 0 < before < ROWS
+
+    rerun = toolkit_run(out)
+    stdout, _ = rerun.communicate(timeout=300)
+    kill_group(rerun)
+    assert rerun.returncode == 0, stdout
+    assert_exact(out)
+    processed = int(next(line for line in stdout.splitlines() if "this run:" in line)
+                    .split()[2].replace(",", ""))
+    # At most the rows not yet written, plus one batch in flight per engine worker.
+    assert ROWS - before <= processed <= ROWS - before + BATCH
+    assert "Resumed:" in stdout
+
+    third = toolkit_run(out)
+    stdout, _ = third.communicate(timeout=300)
+    kill_group(third)
+    assert third.returncode == 0
+    assert "Already complete" in stdout
+    assert_exact(out)
+
+
+@pytest.fixture()
+def poisoned_csv(tmp_path) -> tuple[Path, set[str]]:
+    """500 customers, 1 % poison: blank companies and names far past max_model_len."""
+    from toolkit.samples.customers import write_customers_csv
+
+    import pyarrow.csv as pacsv
+
+    path = write_customers_csv(tmp_path / "clean.csv", rows=500, seed=3)
+    table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+        column_types={"Index": "string", "Company": "string"}))
+    companies = table["Company"].to_pylist()
+    poison = {"7": "", "123": "   ", "250": "Mega " * 300, "377": "Acme " * 400, "499": ""}
+    for index, company in poison.items():
+        companies[int(index) - 1] = company
+    table = table.set_column(table.schema.get_field_index("Company"), "Company",
+                             __import__("pyarrow").array(companies))
+    poisoned = tmp_path / "poisoned.csv"
+    pacsv.write_csv(table, poisoned)
+    return poisoned, set(poison)
+
+
+def test_poison_rows_are_error_rows_on_exactly_those_ids(local_ray, poisoned_csv, tmp_path):
+    csv, poison = poisoned_csv
+    job = load_job("text-industry")
+    spec = load_job_spec(job, smoke=True, overrides={"data.input": str(csv),
+                                                     "data.output": str(tmp_path / "out")})
+    summary = run_pipeline(job, spec)
+
+    table = pq.read_table(tmp_path / "out").to_pylist()
+    assert len(table) == 500 and len({r["Index"] for r in table}) == 500
+    failed = {r["Index"]: r["error"] for r in table if r["error"]}
+    assert set(failed) == poison
+    assert failed["7"] == "preprocess: column 'Company' is empty"
+    assert failed["250"].startswith("prompt is ") and "longer than max_model_len 256" in failed["250"]
+    assert (summary.rows_in, summary.rows_ok, summary.error_rows) == (500, 495, 5)
+
+
+def test_strict_fails_the_run_and_names_the_bad_row(local_ray, poisoned_csv, tmp_path):
+    csv, poison = poisoned_csv
+    job = load_job("text-industry")
+    spec = load_job_spec(job, smoke=True, overrides={
+        "data.input": str(csv), "data.output": str(tmp_path / "out"), "strict": True})
+    with pytest.raises(JobFailedError) as excinfo:
+        run_job(job, spec)
+    message = excinfo.value.format_message()
+    assert "StrictModeError: --strict: row Index=" in message
+    bad_id = message.split("row Index='")[1].split("'")[0]
+    assert bad_id in poison
