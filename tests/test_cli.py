@@ -99,3 +99,10 @@ def test_smoke_run_end_to_end_from_the_command_line(tmp_path: Path):
         assert written[column].to_pylist() == expected[column].to_pylist(), column
     summary = json.loads((out / "_summary.json").read_text())
     assert summary["rows_in"] == summary["rows_written"] == 1000
+
+
+def test_secrets_in_the_environment_never_reach_show_output(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value_123")
+    result = CliRunner().invoke(main, ["show", "text-industry", "--smoke"])
+    assert result.exit_code == 0
+    assert "hf_secret_value_123" not in result.output

@@ -230,8 +230,20 @@ def format_info(info: Any) -> str:
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def status_command(job_id: str, backend: str, address: str | None, output: str) -> None:
     """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)."""
+    from toolkit.run_summary import finished_job_summary
+
     info = _open(backend, address).status(job_id)
-    click.echo(info.model_dump_json(indent=2) if output == "json" else format_info(info))
+    summary = finished_job_summary(info.output) if info.status.is_terminal() else None
+    if output == "json":
+        payload = info.model_dump(mode="json")
+        payload["summary"] = summary.model_dump(mode="json") if summary else None
+        click.echo(json.dumps(payload, indent=2))
+        return
+    click.echo(format_info(info))
+    if summary is not None:
+        from toolkit.reporting import format_summary
+
+        click.echo(format_summary(summary))
 
 
 @click.command("logs")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 SAMPLE_INPUTS = ("customers", "images")
 HF_PREFIX = "hf://"
+_HEAD_BYTES = 1 << 16
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
@@ -149,15 +150,23 @@ def _csv_as_text(source: str) -> Any:
 
     try:
         with _open_binary(source) as stream:
-            head = stream.read(1 << 16)
-    except FileNotFoundError:
-        raise InputDataError(f"data.input: {source} does not exist.") from None
+            head = stream.read(_HEAD_BYTES)
+    except FileNotFoundError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None:  # fsspec reports a refused connection as "not found"
+            raise InputDataError(
+                f"data.input: can't read {source}: {type(cause).__name__}: "
+                f"{_last_line(cause)}", hint=_read_hint(source),
+            ) from None
+        raise InputDataError(f"data.input: {source} does not exist.",
+                             hint=_read_hint(source)) from None
     except Exception as exc:  # noqa: BLE001 - unreachable URL, permissions, ...
         raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4:  # not just a character cut at the 64 KiB edge
+        cut_at_edge = len(head) == _HEAD_BYTES and exc.start >= len(head) - 4
+        if not cut_at_edge:  # a bad byte, not a character cut by our 64 KiB read
             raise InputDataError(
                 f"data.input: {source} is not UTF-8 text (byte {exc.start} is "
                 f"0x{head[exc.start]:02x}).",
@@ -183,10 +192,13 @@ def _open_binary(source: str) -> Any:
     return open(source, "rb")
 
 
-def _describe_read_error(source: str, exc: BaseException) -> str:
+def _last_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    detail = next((line for line in reversed(text) if line.strip()), type(exc).__name__)
-    return f"data.input: can't read {source}: {detail}"
+    return next((line for line in reversed(text) if line.strip()), type(exc).__name__)
+
+
+def _describe_read_error(source: str, exc: BaseException) -> str:
+    return f"data.input: can't read {source}: {_last_line(exc)}"
 
 
 def _read_hint(source: str) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from toolkit.engines import apply_engine
 from toolkit.input_data import check_required_columns
 from toolkit.job_definition import JobDefinition
+from toolkit.model_sources import check_model_source
 from toolkit.input_data import HF_PREFIX
 from toolkit.output_data import (
     OutputState,
@@ -157,6 +158,7 @@ def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", Ru
         InputDataError: the input is unreadable or lacks a required column (this
             happens before any model loads).
     """
+    check_model_source(spec.engine.model)
     seen: dict[str, "pa.Schema"] = {}
 
     def check(schema: "pa.Schema") -> None:

@@ -273,6 +273,7 @@ def prepare_submission(
         compute_config=compute_config,
         max_retries=spec.compute.max_retries,
         cloud=spec.compute.cloud,
+        output=spec.data.output,
     )
     size_warning = upload_size_warning(working_dir, request.excludes)
     if size_warning:

@@ -112,3 +112,13 @@ def read_summary(output: str) -> RunSummary | None:
             return RunSummary.model_validate_json(stream.read())
     except (FileNotFoundError, OSError):
         return None
+
+
+def finished_job_summary(output: str | None) -> RunSummary | None:
+    """The summary of a finished job, when its output is reachable from here."""
+    if not output:
+        return None
+    try:
+        return read_summary(output)
+    except Exception:  # noqa: BLE001 - an unreachable bucket just means no summary to show
+        return None

@@ -85,10 +85,14 @@ def test_status_shows_the_finished_job(smoke_job) -> None:
     assert result.stdout.startswith(f"Job {job_id}: SUCCEEDED\n")
     assert "  name:       text-industry\n" in result.stdout
     assert "python -m jobs.text_industry --spec .toolkit/specs/text-industry-" in result.stdout
+    # The run's own summary, read back from its output directory.
+    assert "  rows in:       200\n" in result.stdout
+    assert "  rows written:  200 (200 ok, 0 with an error)\n" in result.stdout
 
     as_json = json.loads(invoke("status", job_id, "--address", "local", "--output", "json").stdout)
     assert as_json["status"] == "SUCCEEDED"
     assert as_json["job_id"] == job_id
+    assert as_json["summary"]["rows_written"] == 200
     assert SECRET not in json.dumps(as_json)
 
 

@@ -69,6 +69,9 @@ class JobInfo(_Model):
     start_time: datetime | None = None
     end_time: datetime | None = None
     url: str | None = None
+    output: str | None = Field(
+        None, description="Where the job writes results (from submit metadata), if known."
+    )
 
     @property
     def duration_s(self) -> float | None:
@@ -104,6 +107,9 @@ class SubmitRequest(_Model):
     )
     max_retries: int = Field(description="Anyscale retries of the whole job.")
     cloud: str | None = None
+    output: str | None = Field(
+        None, description="The spec's data.output, recorded so `status` can find the summary."
+    )
 
 
 class JobNotFoundError(SpecError):

@@ -272,6 +272,7 @@ class RayJobsBackend:
             start_time=_timestamp(details.start_time),
             end_time=_timestamp(details.end_time),
             url=self.job_url(job_id),
+            output=metadata.get("toolkit_output"),
         )
 
     # -- the Backend protocol ----------------------------------------------------------
@@ -299,7 +300,8 @@ class RayJobsBackend:
             lambda: self._client.submit_job(
                 entrypoint=request.entrypoint,
                 runtime_env=self.runtime_env(request, secrets),
-                metadata={"job_name": request.name, "toolkit_job": request.job},
+                metadata={"job_name": request.name, "toolkit_job": request.job,
+                          **({"toolkit_output": request.output} if request.output else {})},
             ),
         )
         return JobHandle(
