@@ -11,6 +11,11 @@ the figures compare the engines and not the cluster. Prints rows/s for:
 
 Usage:
     python bench/engine_throughput.py [--model PATH_OR_ID] [--rows 512] [--batch-size 64]
+    python bench/engine_throughput.py --random-model 512x8   # hidden 512, 8 layers (~25M)
+
+``--random-model`` builds a random-weight Llama of that size (with the tiny model's
+tokenizer) so the forward pass, not Python overhead, dominates, as with real
+models; its answers are noise, but the work per token is real.
 """
 
 from __future__ import annotations
@@ -25,13 +30,45 @@ from toolkit.samples.customers import customers_batch
 from toolkit.spec_loading import load_job_spec
 
 
+def build_random_model(size: str) -> str:
+    """A random-weight Llama of ``HIDDENxLAYERS`` in a temp dir, sharing the tiny tokenizer."""
+    import tempfile
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from toolkit.samples.tiny_model import tiny_chat_model_path
+
+    hidden, layers = (int(x) for x in size.lower().split("x"))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chat_model_path())
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 3,
+        num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 256), max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, initializer_range=0.1,
+    )
+    torch.manual_seed(0)
+    directory = tempfile.mkdtemp(prefix=f"bench-llama-{size}-")
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+    print(f"random Llama {size}: {params:.1f}M parameters in {directory}")
+    return directory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="sample:tiny-chat")
     parser.add_argument("--rows", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--random-model", metavar="HIDDENxLAYERS",
+                        help="benchmark a random Llama of this size instead of --model")
     args = parser.parse_args()
+    if args.random_model:
+        args.model = build_random_model(args.random_model)
 
     import torch
     from transformers import pipeline

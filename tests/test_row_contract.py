@@ -1,0 +1,62 @@
+"""The row functions around the engine, without Ray: every failure shape becomes `error`."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from jobs.text_industry import TextIndustryOptions
+from toolkit.job_definition import load_job
+from toolkit.pipeline import finish_batch, output_schema, prepare_row
+from toolkit.spec_loading import load_job_spec
+
+JOB = load_job("text-industry")
+OPTIONS: TextIndustryOptions = load_job_spec(JOB).options
+INPUT = pa.schema([("Index", pa.string()), ("Company", pa.string())])
+SCHEMA = output_schema(INPUT, JOB.result_columns)
+
+
+def finish(rows: list[dict]) -> list[dict]:
+    table = pa.Table.from_pylist(rows)
+    return finish_batch(table, JOB.postprocess, OPTIONS, SCHEMA, list(JOB.result_columns)).to_pylist()
+
+
+def test_prepare_row_keeps_the_input_and_adds_the_prompt():
+    out = prepare_row({"Index": "1", "Company": "Acme"}, JOB.preprocess, OPTIONS, {"max_tokens": 4})
+    assert out["Index"] == "1" and out["error"] is None
+    assert out["sampling_params"] == {"max_tokens": 4}
+    assert "Acme" in out["messages"][1]["content"]
+
+
+def test_every_error_shape_lands_in_one_error_column():
+    rows = finish([
+        # ok
+        {"Index": "1", "Company": "Acme", "generated_text": "Retail", "error": None,
+         "__inference_error__": ""},
+        # Ray Data LLM's should_continue_on_error shape: defaults + __inference_error__
+        {"Index": "2", "Company": "Beta", "generated_text": "", "error": None,
+         "__inference_error__": "ValueError: prompt too long"},
+        # rejected by preprocess, before the engine
+        {"Index": "3", "Company": "", "generated_text": "Other", "error": "preprocess: blank",
+         "__inference_error__": ""},
+        # answer off the list: postprocess rejects it
+        {"Index": "4", "Company": "Gamma", "generated_text": "Banking", "error": None,
+         "__inference_error__": ""},
+    ])
+    assert [r["error"] for r in rows] == [
+        None,
+        "ValueError: prompt too long",
+        "preprocess: blank",
+        "postprocess: model answered 'Banking', which is not one of the choices",
+    ]
+    assert [r["inferred_industry"] for r in rows] == ["Retail", None, None, None]
+    assert list(rows[0]) == ["Index", "Company", "inferred_industry", "error"]
+
+
+def test_an_all_null_batch_still_has_the_output_types():
+    table = finish_batch(
+        pa.Table.from_pylist([{"Index": "1", "Company": "", "generated_text": None,
+                               "error": "preprocess: blank"}]),
+        JOB.postprocess, OPTIONS, SCHEMA, list(JOB.result_columns),
+    )
+    assert table.schema == SCHEMA
+    assert table.schema.field("inferred_industry").type == pa.string()
