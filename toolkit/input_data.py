@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.spec import SAMPLE_PREFIX, DataConfig
+from toolkit.spec import DataConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -127,6 +127,9 @@ def open_input(data: DataConfig) -> "Dataset":
                 "or point --input at a local image folder or parquet file.",
             ) from None
     kwargs: dict[str, Any] = {}
+    if data.partitions:
+        # More blocks than files: Ray splits the file's blocks as it streams them.
+        kwargs["override_num_blocks"] = data.partitions
     if fmt == "csv":
         kwargs["convert_options"] = _csv_as_text(source)
     try:

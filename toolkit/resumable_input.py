@@ -30,7 +30,7 @@ from toolkit.input_data import (
     read_image_folder,
     sample_images_folder,
 )
-from toolkit.output_data import STAGED_INPUT_DIR, output_filesystem, output_path
+from toolkit.output_data import CHECKPOINT_DIR, STAGED_INPUT_DIR, output_filesystem, output_path
 from toolkit.spec import SAMPLE_PREFIX, JobSpec
 
 if TYPE_CHECKING:
@@ -138,8 +138,6 @@ def checkpoint_config(spec: JobSpec, id_column: str) -> object:
     can't leave results without either a summary or a checkpoint.
     """
     from ray.data.checkpoint import CheckpointConfig
-
-    from toolkit.output_data import CHECKPOINT_DIR
 
     return CheckpointConfig(
         id_column=id_column,

@@ -161,6 +161,17 @@ def test_replaces_a_build_left_by_an_older_version(model_dir, tmp_path):
     assert [path.name for path in tmp_path.iterdir()] == ["old"]
 
 
+def test_refuses_a_vision_build_of_the_same_seed(tmp_path):
+    vision = tmp_path / "tiny-vision"
+    vision.mkdir()
+    marker = json.dumps({"format": 1, "kind": "tiny-vision-llava", "seed": 0})
+    (vision / ".complete").write_text(marker)
+
+    with pytest.raises(FileExistsError, match="different settings"):
+        build_tiny_chat_model(vision, seed=0)
+    assert (vision / ".complete").read_text() == marker
+
+
 def test_builds_into_an_existing_empty_directory(tmp_path):
     (tmp_path / "empty").mkdir()
     path = build_tiny_chat_model(tmp_path / "empty", seed=0)

@@ -15,27 +15,50 @@ Layout written into the target directory::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
-import shutil
-import tempfile
-from typing import Any, Literal
+from typing import TYPE_CHECKING
+
+from toolkit.samples.model_cache import build_once
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        PretrainedConfig,
+        PreTrainedModel,
+        PreTrainedTokenizerFast,
+        ProcessorMixin,
+    )
 
 __all__ = [
     "BOS_TOKEN",
     "CHAT_TEMPLATE",
     "EOS_TOKEN",
+    "INIT_STD",
     "PAD_TOKEN",
     "build_tiny_chat_model",
+    "build_tokenizer",
+    "chat_template",
+    "make_tokenizer_config_portable",
+    "reinitialise",
     "sample_cache_dir",
+    "save_tiny_model",
+    "seeded_model",
     "tiny_chat_model_path",
+    "tiny_generation_config",
+    "tiny_llama_config",
 ]
 
 # Bump when the build changes what is written: older builds are then rebuilt.
 _FORMAT_VERSION = 2
-_MARKER = ".complete"
+
+# Random-weight scale. Larger than the usual 0.02: at 0.02 the residual stream is
+# dominated by the input embedding and, with tied embeddings, greedy decoding just
+# repeats the last prompt token ("\n\n\n..."). At 0.1 the layers mix and outputs vary.
+INIT_STD = 0.1
 
 BOS_TOKEN = "<|begin_of_text|>"
 EOS_TOKEN = "<|eot|>"
@@ -54,26 +77,45 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 VOCAB_SIZE = 1024
 MAX_POSITION_EMBEDDINGS = 2048
 
-# Llama-3 style. The template itself emits the BOS token and the tokenizer does
-# not add one on encode, so a prompt rendered to text and then tokenized with
-# add_special_tokens=True (what many engines do) gets exactly one BOS.
-CHAT_TEMPLATE = (
-    "{{- bos_token }}"
-    "{%- for message in messages %}"
-    "{{- '" + START_HEADER_TOKEN + "' + message['role'] + '" + END_HEADER_TOKEN + "\\n\\n' }}"
-    "{%- if message['content'] is string %}"
-    "{{- message['content'] | trim }}"
-    "{%- else %}"
-    "{%- for part in message['content'] %}"
-    "{%- if part['type'] == 'text' %}{{- part['text'] | trim }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- endif %}"
-    "{{- '" + EOS_TOKEN + "' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}"
-    "{{- '" + START_HEADER_TOKEN + "assistant" + END_HEADER_TOKEN + "\\n\\n' }}"
-    "{%- endif %}"
-)
+
+def chat_template(image_token: str | None = None) -> str:
+    """The Llama-3 style chat template, optionally rendering image parts as ``image_token``.
+
+    The template itself emits the BOS token and the tokenizer does not add one on
+    encode, so a prompt rendered to text and then tokenized with
+    add_special_tokens=True (what many engines do) gets exactly one BOS. With
+    ``image_token``, each ``{"type": "image"}`` / ``{"type": "image_url"}`` part
+    becomes that token on its own line (LLaVA's convention). Parts are recognised
+    by type only: rows that went through Arrow carry every key of every part,
+    with nulls where a part has none.
+    """
+    image_branch = (
+        ""
+        if image_token is None
+        else "{%- elif part['type'] in ('image', 'image_url') %}{{- '" + image_token + "\\n' }}"
+    )
+    return (
+        "{{- bos_token }}"
+        "{%- for message in messages %}"
+        "{{- '" + START_HEADER_TOKEN + "' + message['role'] + '" + END_HEADER_TOKEN + "\\n\\n' }}"
+        "{%- if message['content'] is string %}"
+        "{{- message['content'] | trim }}"
+        "{%- else %}"
+        "{%- for part in message['content'] %}"
+        "{%- if part['type'] == 'text' %}{{- part['text'] | trim }}"
+        + image_branch
+        + "{%- endif %}"
+        "{%- endfor %}"
+        "{%- endif %}"
+        "{{- '" + EOS_TOKEN + "' }}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}"
+        "{{- '" + START_HEADER_TOKEN + "assistant" + END_HEADER_TOKEN + "\\n\\n' }}"
+        "{%- endif %}"
+    )
+
+
+CHAT_TEMPLATE = chat_template()
 
 INDUSTRIES: tuple[str, ...] = (
     "Law Firm",
@@ -136,90 +178,21 @@ def build_tiny_chat_model(directory: str | os.PathLike[str], seed: int = 0) -> p
     a build of this function, or was built for another seed (nothing there is
     deleted).
     """
-    target = pathlib.Path(directory)
-    state = _existing_build(target, seed)
-    if state == "complete":
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(
-        tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    marker = {"format": _FORMAT_VERSION, "seed": seed}
+    return build_once(
+        pathlib.Path(directory),
+        marker,
+        lambda staging: _build_into(staging, seed),
+        replace_older_formats=True,
     )
-    retired = staging.with_name(staging.name + ".old")
-    try:
-        _build_into(staging, seed)
-        (staging / _MARKER).write_text(json.dumps(_marker_content(seed)) + "\n")
-        if state == "stale" and _existing_build(target, seed) == "stale":
-            # The marker proves the old directory is ours; move it aside atomically.
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(target, retired)
-        try:
-            # Atomic; replaces nothing but a missing or empty directory.
-            os.rename(staging, target)
-        except OSError:
-            if _existing_build(target, seed) != "complete":
-                raise
-            # Another builder published first; its result is identical.
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(retired, ignore_errors=True)
-    return target
 
 
-# --------------------------------------------------------------------------- internals
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Train the byte-level BPE tokenizer (deterministic: same files on every call).
 
-
-def _marker_content(seed: int) -> dict[str, Any]:
-    return {"format": _FORMAT_VERSION, "seed": seed}
-
-
-def _existing_build(target: pathlib.Path, seed: int) -> Literal["complete", "stale", "absent"]:
-    """Classify ``target``: complete build for ``seed``, older-format build, or absent/empty."""
-    marker = target / _MARKER
-    if marker.is_file():
-        try:
-            found = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            found = None
-        if found == _marker_content(seed):
-            return "complete"
-        if isinstance(found, dict) and found.get("seed") == seed:
-            return "stale"
-        raise FileExistsError(
-            f"{target} holds a tiny model built with different settings ({found!r}, "
-            f"wanted {_marker_content(seed)!r}); delete it or choose another directory"
-        )
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise FileExistsError(
-            f"{target} exists and is not a tiny model build; delete it or choose another directory"
-        )
-    return "absent"
-
-
-def _training_corpus() -> list[str]:
-    """Deterministic text resembling the prompts and sample data the model will see."""
-    from toolkit.samples.customers import customers_batch
-
-    lines = list(_PROMPT_LINES)
-    lines += [f"Industry: {name}" for name in INDUSTRIES]
-    lines.append(", ".join(INDUSTRIES))
-    lines += [" ".join(f"{i:d}" for i in range(start, start + 50)) for start in range(0, 1000, 50)]
-    rows = customers_batch(0, 1500, seed=20240101).to_pylist()
-    for number, row in enumerate(rows):
-        year, month, day = row["Subscription Date"].split("-")
-        industry = INDUSTRIES[number % len(INDUSTRIES)]
-        lines.append(
-            f"Company: {row['Company']}\nCity: {row['City']}\nCountry: {row['Country']}\n"
-            f"Industry: {industry}"
-        )
-        lines.append(
-            f"{row['First Name']} {row['Last Name']} ({row['Email']}, {row['Phone 1']}) "
-            f"subscribed on {row['Subscription Date']} ({day}-{month}-{year}) "
-            f"via {row['Website']}."
-        )
-    return lines
-
-
-def _build_tokenizer() -> Any:
+    Special tokens take the first ids (bos=0, eos=1, pad=2, then the header
+    tokens); the chat template is ``CHAT_TEMPLATE`` and padding is on the left.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -255,14 +228,18 @@ def _build_tokenizer() -> Any:
     )
 
 
-def _build_model(tokenizer: Any, seed: int) -> Any:
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+def tiny_llama_config(
+    tokenizer: PreTrainedTokenizerFast, initializer_range: float = INIT_STD
+) -> LlamaConfig:
+    """The tiny Llama decoder's config: 2 layers, hidden size 128, vocabulary of ``tokenizer``.
 
-    config = LlamaConfig(
+    head_dim = 128 / 2 = 64: a size every attention kernel (FlashAttention,
+    FlashInfer, SDPA) supports, so GPU engines can serve the model too.
+    """
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
         vocab_size=len(tokenizer),
-        # head_dim = 128 / 2 = 64: a size every attention kernel (FlashAttention,
-        # FlashInfer, SDPA) supports, so GPU engines can serve the model too.
         hidden_size=128,
         intermediate_size=256,
         num_hidden_layers=2,
@@ -273,58 +250,92 @@ def _build_model(tokenizer: Any, seed: int) -> Any:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        # Larger than the usual 0.02: at 0.02 the residual stream is dominated by the
-        # input embedding and, with tied embeddings, greedy decoding just repeats the
-        # last prompt token ("\n\n\n..."). At 0.1 the layers mix and outputs vary.
-        initializer_range=0.1,
+        initializer_range=initializer_range,
     )
-    # fork_rng: constructing the model draws from torch's global RNG; keep the caller's intact.
-    with torch.random.fork_rng(devices=[]):
-        model = LlamaForCausalLM(config)
-    model = model.float()
-    # Re-initialise from a private generator so the weights depend only on the
-    # seed (not on transformers' init code, global RNG state or other threads).
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, parameter in model.named_parameters():
-            if parameter.ndim == 1:  # RMSNorm scales
-                parameter.fill_(1.0)
-            else:
-                values = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
-                parameter.copy_(values * config.initializer_range)
-    model.generation_config = GenerationConfig(
+
+
+def tiny_generation_config(tokenizer: PreTrainedTokenizerFast) -> GenerationConfig:
+    """A generation config naming ``tokenizer``'s bos, eos and pad tokens."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+
+
+def reinitialise(model: nn.Module, seed: int, std: float = INIT_STD) -> None:
+    """Overwrite every parameter of ``model`` from a private generator seeded with ``seed``.
+
+    The weights then depend only on the seed (not on transformers' init code,
+    the global RNG state or other threads). Biases become 0, 1-D norm scales 1,
+    and every other parameter is drawn from N(0, std²), in ``named_parameters``
+    order.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.zero_()
+            elif parameter.ndim == 1 and "norm" in name:  # LayerNorm / RMSNorm scales
+                parameter.fill_(1.0)
+            else:
+                values = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
+                parameter.copy_(values * std)
+
+
+def seeded_model(
+    model_class: type[PreTrainedModel],
+    config: PretrainedConfig,
+    tokenizer: PreTrainedTokenizerFast,
+    seed: int,
+    std: float = INIT_STD,
+) -> PreTrainedModel:
+    """Construct ``model_class(config)`` in float32 with weights from ``reinitialise(seed, std)``.
+
+    Its generation config names ``tokenizer``'s special tokens; it is returned in eval mode.
+    """
+    import torch
+
+    # fork_rng: constructing the model draws from torch's global RNG; keep the caller's intact.
+    with torch.random.fork_rng(devices=[]):
+        model = model_class(config)
+    model = model.float()
+    reinitialise(model, seed, std)
+    model.generation_config = tiny_generation_config(tokenizer)
     return model.eval()
 
 
-def _build_into(directory: pathlib.Path, seed: int) -> None:
+def save_tiny_model(
+    directory: pathlib.Path,
+    model: PreTrainedModel,
+    preprocessor: PreTrainedTokenizerFast | ProcessorMixin,
+) -> None:
+    """Save ``model`` and its tokenizer or processor into ``directory``, quietly and portably.
+
+    Raises RuntimeError if transformers did not write ``model.safetensors``.
+    """
     from transformers.utils import logging as hf_logging
 
-    tokenizer = _build_tokenizer()
-    model = _build_model(tokenizer, seed)
     # A library call should not draw a "Writing model shards" progress bar.
     bars_were_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
         # transformers 5 always writes safetensors (the safe_serialization flag is gone).
         model.save_pretrained(directory)
-        tokenizer.save_pretrained(directory)
+        preprocessor.save_pretrained(directory)
     finally:
         if bars_were_enabled:
             hf_logging.enable_progress_bar()
     if not (directory / "model.safetensors").is_file():
         raise RuntimeError(f"transformers did not write {directory / 'model.safetensors'}")
-    _make_tokenizer_config_portable(directory / "tokenizer_config.json")
-    # mkdtemp makes the directory private (0700); the cache is meant to be shared, like a download.
-    for path in directory.iterdir():
-        path.chmod(0o644)
-    directory.chmod(0o755)
+    make_tokenizer_config_portable(directory / "tokenizer_config.json")
 
 
-def _make_tokenizer_config_portable(path: pathlib.Path) -> None:
+def make_tokenizer_config_portable(path: pathlib.Path) -> None:
     """Use the names transformers 4.x also understands; transformers 5 loads both the same.
 
     transformers 5 writes ``tokenizer_class: TokenizersBackend`` and a list under
@@ -340,3 +351,38 @@ def _make_tokenizer_config_portable(path: pathlib.Path) -> None:
     elif extra is not None:
         config["extra_special_tokens"] = extra
     path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _training_corpus() -> list[str]:
+    """Deterministic text resembling the prompts and sample data the model will see."""
+    from toolkit.samples.customers import customers_batch
+
+    lines = list(_PROMPT_LINES)
+    lines += [f"Industry: {name}" for name in INDUSTRIES]
+    lines.append(", ".join(INDUSTRIES))
+    lines += [" ".join(f"{i:d}" for i in range(start, start + 50)) for start in range(0, 1000, 50)]
+    rows = customers_batch(0, 1500, seed=20240101).to_pylist()
+    for number, row in enumerate(rows):
+        year, month, day = row["Subscription Date"].split("-")
+        industry = INDUSTRIES[number % len(INDUSTRIES)]
+        lines.append(
+            f"Company: {row['Company']}\nCity: {row['City']}\nCountry: {row['Country']}\n"
+            f"Industry: {industry}"
+        )
+        lines.append(
+            f"{row['First Name']} {row['Last Name']} ({row['Email']}, {row['Phone 1']}) "
+            f"subscribed on {row['Subscription Date']} ({day}-{month}-{year}) "
+            f"via {row['Website']}."
+        )
+    return lines
+
+
+def _build_into(directory: pathlib.Path, seed: int) -> None:
+    from transformers import LlamaForCausalLM
+
+    tokenizer = build_tokenizer()
+    model = seeded_model(LlamaForCausalLM, tiny_llama_config(tokenizer), tokenizer, seed)
+    save_tiny_model(directory, model, tokenizer)
