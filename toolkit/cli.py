@@ -9,71 +9,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
+from toolkit.cli_cluster import CLUSTER_COMMANDS
+from toolkit.cli_spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 from toolkit.errors import ToolkitError, debug_enabled
-
-# Flag name -> dotted spec path. Only flags the user actually gave are applied.
-SPEC_FLAGS: dict[str, str] = {
-    "rows": "data.rows",
-    "input": "data.input",
-    "output": "data.output",
-    "partitions": "data.partitions",
-    "model": "engine.model",
-    "engine": "engine.kind",
-    "batch_size": "engine.batch_size",
-    "concurrency": "engine.concurrency",
-    "accelerator": "engine.accelerator_type",
-    "strict": "strict",
-}
-
-
-def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options every spec-taking command shares (run, show, render, submit)."""
-    options = [
-        click.argument("job"),
-        click.option("-f", "--file", "spec_file", type=click.Path(path_type=Path),
-                     help="YAML spec file: a copy of a template, or just the keys to change."),
-        click.option("--rows", help="Process the first N rows: 1000, 10k, 1M, 2_000_000 or 'all'."),
-        click.option("--input", help="Input path or URL (csv, parquet, jsonl), or sample:customers."),
-        click.option("--output", help="Output directory (local or s3://)."),
-        click.option("--partitions", help="Number of blocks to split the rows into."),
-        click.option("--model", help="Hugging Face id or local checkpoint directory."),
-        click.option("--engine", type=click.Choice(["vllm", "transformers"]),
-                     help="Inference engine: vllm (GPU) or transformers (CPU/small GPU)."),
-        click.option("--batch-size", help="Rows per engine batch."),
-        click.option("--concurrency", help="Number of engine workers (model replicas)."),
-        click.option("--accelerator", help="GPU type per engine worker, e.g. L4, A10G, H100."),
-        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                     help="Set any spec key, e.g. --set sampling.temperature=0.2 (repeatable)."),
-        click.option("--strict", is_flag=True, default=None,
-                     help="Fail at the first row that errors (default: write it with its "
-                          "error and go on)."),
-        click.option("--smoke", is_flag=True,
-                     help="Offline check: generated input and a tiny random-weight model on "
-                          "one CPU worker (results are not meaningful)."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str, ...],
-                         smoke: bool, **flags: Any) -> tuple[Any, Any]:
-    from toolkit.job_definition import load_job
-    from toolkit.spec_loading import load_job_spec
-
-    job = load_job(job_name)
-    overrides = {SPEC_FLAGS[name]: value for name, value in flags.items() if value is not None}
-    spec = load_job_spec(job, spec_file=spec_file, overrides=overrides, sets=sets, smoke=smoke)
-    return job, spec
-
-
-def _spec_flag_values(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {name: kwargs.pop(name) for name in list(kwargs) if name in SPEC_FLAGS}
-
 
 class ToolkitGroup(click.Group):
     """Turns unexpected exceptions into one paragraph (tracebacks with TOOLKIT_DEBUG=1)."""
@@ -129,7 +71,7 @@ def show_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
     """Print the full effective spec of JOB as YAML (after -f, flags and --set)."""
     from toolkit.spec_loading import spec_to_yaml
 
-    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     click.echo(spec_to_yaml(spec), nl=False)
 
 
@@ -151,7 +93,7 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
     from toolkit.local_run import run_job
     from toolkit.reporting import SMOKE_WARNING, format_summary
 
-    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     click.echo(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
                f"{spec.data.input} -> {spec.data.output}", err=True)
     if spec.uses_sample_model:
@@ -237,10 +179,8 @@ def run() -> None:
     main(prog_name="toolkit")
 
 
-from toolkit.cli_cluster import CLUSTER_COMMANDS  # noqa: E402
-
-for c in CLUSTER_COMMANDS:
-    main.add_command(c)
+for _command in CLUSTER_COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,7 @@ Exit codes (see :mod:`toolkit.errors`): 0 ok / job SUCCEEDED, 2 bad spec, flag o
 job id, 3 cluster unreachable or not logged in, 4 job FAILED, 5 job STOPPED, 6 a
 wait timed out.
 
-The commands are registered on ``toolkit.cli.main`` by the block at the end of
-``toolkit/cli.py``; the last lines here do the same if this module is imported
-first.
+``toolkit.cli`` registers ``CLUSTER_COMMANDS`` on its ``main`` group.
 """
 
 from __future__ import annotations
@@ -23,10 +21,7 @@ from typing import Any
 
 import click
 
-# Defined before importing toolkit.cli, which imports this module back at its end.
-CLUSTER_COMMANDS: list[click.Command] = []
-
-from toolkit.cli import _spec_flag_values, load_spec_from_flags, spec_options
+from toolkit.cli_spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 
 DEFAULT_FOLLOW_TIMEOUT_S = 24 * 3600.0
 
@@ -125,7 +120,7 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     """
     from toolkit.render import render_job_yaml
 
-    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     result = render_job_yaml(spec, overwrite=overwrite)
     for warning in result.warnings:
         _note(f"Warning: {warning}")
@@ -170,7 +165,7 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     from toolkit.render import prepare_submission
     from toolkit.reporting import SMOKE_WARNING
 
-    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **_spec_flag_values(kwargs))
+    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     target = _open(backend, address)
     submission = prepare_submission(spec, target=backend, local=getattr(target, "local", False),
                                     overwrite=overwrite)
@@ -318,17 +313,6 @@ def stop_command(job_id: str | None, backend: str, address: str | None, wait: bo
     _note(f"Job {job_id} is {info.status}.")
 
 
-CLUSTER_COMMANDS.extend(
-    [render_command, submit_command, status_command, logs_command, stop_command, list_command]
-)
-
-
-def _register() -> None:
-    from toolkit.cli import main
-
-    for command in CLUSTER_COMMANDS:
-        if command.name not in main.commands:
-            main.add_command(command)
-
-
-_register()
+CLUSTER_COMMANDS: list[click.Command] = [
+    render_command, submit_command, status_command, logs_command, stop_command, list_command
+]

@@ -1,0 +1,74 @@
+"""The spec flags every spec-taking command shares (run, show, render, submit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import click
+
+if TYPE_CHECKING:
+    from toolkit.job_definition import JobDefinition
+    from toolkit.spec import JobSpec
+
+# Flag name -> dotted spec path. Only flags the user actually gave are applied.
+SPEC_FLAGS: dict[str, str] = {
+    "rows": "data.rows",
+    "input": "data.input",
+    "output": "data.output",
+    "partitions": "data.partitions",
+    "model": "engine.model",
+    "engine": "engine.kind",
+    "batch_size": "engine.batch_size",
+    "concurrency": "engine.concurrency",
+    "accelerator": "engine.accelerator_type",
+    "strict": "strict",
+}
+
+
+def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every spec-taking command shares (run, show, render, submit)."""
+    options = [
+        click.argument("job"),
+        click.option("-f", "--file", "spec_file", type=click.Path(path_type=Path),
+                     help="YAML spec file: a copy of a template, or just the keys to change."),
+        click.option("--rows", help="Process the first N rows: 1000, 10k, 1M, 2_000_000 or 'all'."),
+        click.option("--input", help="Input: a csv/parquet/jsonl path or URL, an image folder, "
+                                     "hf://DATASET, or sample:customers / sample:images."),
+        click.option("--output", help="Output directory (local or s3://)."),
+        click.option("--partitions", help="Number of blocks to split the rows into."),
+        click.option("--model", help="Hugging Face id or local checkpoint directory."),
+        click.option("--engine", type=click.Choice(["vllm", "transformers"]),
+                     help="Inference engine: vllm (GPU) or transformers (CPU/small GPU)."),
+        click.option("--batch-size", help="Rows per engine batch."),
+        click.option("--concurrency", help="Number of engine workers (model replicas)."),
+        click.option("--accelerator", help="GPU type per engine worker, e.g. L4, A10G, H100."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Set any spec key, e.g. --set sampling.temperature=0.2 (repeatable)."),
+        click.option("--strict", is_flag=True, default=None,
+                     help="Fail at the first row that errors (default: write it with its "
+                          "error and go on)."),
+        click.option("--smoke", is_flag=True,
+                     help="Offline check: generated input and a tiny random-weight model on "
+                          "one CPU worker (results are not meaningful)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str, ...],
+                         smoke: bool, **flags: Any) -> tuple["JobDefinition[Any]", "JobSpec"]:
+    """The job and its validated spec from a command's spec flags (None = not given)."""
+    from toolkit.job_definition import load_job
+    from toolkit.spec_loading import load_job_spec
+
+    job = load_job(job_name)
+    overrides = {SPEC_FLAGS[name]: value for name, value in flags.items() if value is not None}
+    spec = load_job_spec(job, spec_file=spec_file, overrides=overrides, sets=sets, smoke=smoke)
+    return job, spec
+
+
+def pop_spec_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take the spec flags out of a command's keyword arguments."""
+    return {name: kwargs.pop(name) for name in list(kwargs) if name in SPEC_FLAGS}
