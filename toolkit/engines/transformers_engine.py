@@ -66,26 +66,34 @@ class TransformersChatEngine:
         num_threads: int = 1,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from toolkit.model_sources import resolve_model_source
 
         torch.set_num_threads(max(1, num_threads))
-        path = resolve_model_source(model_source)
         self.torch = torch
         self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer, self.model = self._load(
+            resolve_model_source(model_source), engine_kwargs.get("dtype", "auto")
+        )
+        # Decoder-only batch generation: new tokens must follow every prompt directly.
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=engine_kwargs.get("dtype", "auto")
-        ).to(self.device)
-        self.model.eval()
-        config_limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.model.to(self.device).eval()
+        # Multimodal configs keep the decoder's settings in a nested text config.
+        text_config = self.model.config.get_text_config()
+        config_limit = getattr(text_config, "max_position_embeddings", None)
         self.max_model_len = int(engine_kwargs.get("max_model_len") or config_limit or 4096)
         self._compiler: Any = None
         self._grammars: dict[str, Any] = {}
+
+    def _load(self, path: str, dtype: str) -> tuple[Any, Any]:
+        """Load (tokenizer, model) from ``path``; subclasses load other model kinds."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype
+        )
 
     # -- structured outputs -------------------------------------------------
     def _compiled_grammar(self, constraint: dict[str, Any]) -> Any:

@@ -96,39 +96,13 @@ class TransformersVisionEngine(TransformersChatEngine):
     the text engine.
     """
 
-    def __init__(
-        self,
-        model_source: str,
-        engine_kwargs: dict[str, Any],
-        use_gpu: bool = False,
-        num_threads: int = 1,
-    ) -> None:
-        # Deliberately not super().__init__: that loads a causal LM and a bare tokenizer.
-        import torch
+    def _load(self, path: str, dtype: str) -> tuple[Any, Any]:
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        from toolkit.model_sources import resolve_model_source
-
-        torch.set_num_threads(max(1, num_threads))
-        path = resolve_model_source(model_source)
-        self.torch = torch
-        self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         self.processor = AutoProcessor.from_pretrained(path)
-        self.tokenizer = self.processor.tokenizer
-        # Decoder-only batch generation: new tokens must follow every prompt directly.
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            path, dtype=engine_kwargs.get("dtype", "auto")
-        ).to(self.device)
-        self.model.eval()
-        # Multimodal configs keep the decoder's settings in a nested text config.
-        text_config = self.model.config.get_text_config()
-        config_limit = getattr(text_config, "max_position_embeddings", None)
-        self.max_model_len = int(engine_kwargs.get("max_model_len") or config_limit or 4096)
-        self._compiler: Any = None
-        self._grammars: dict[str, Any] = {}
+        return self.processor.tokenizer, AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype
+        )
 
     # -- prompts --------------------------------------------------------------
     def _prepare(self, messages: Sequence[dict[str, Any]]) -> _Prompt:
