@@ -44,9 +44,9 @@ def main() -> None:
     \b
     Try it offline (generated data, tiny model, local Ray):
       toolkit run text-industry --rows 1000 --smoke
-    Real model, your data:
-      toolkit run text-industry --rows 10k --input customers.csv \\
-          --model Qwen/Qwen2.5-0.5B-Instruct --engine transformers --output out/
+    Real model, your data, on this machine's CPU:
+      toolkit run text-industry --rows 10k --input customers.csv --output out/ \\
+          --engine transformers --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
     See every setting of a job:
       toolkit show text-industry
 
@@ -87,8 +87,8 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
     \b
     Examples:
       toolkit run text-industry --rows 1000 --smoke
-      toolkit run text-industry --input customers.csv --rows 10k --engine transformers \\
-          --model Qwen/Qwen2.5-0.5B-Instruct --output out/industry
+      toolkit run text-industry --input customers.csv --rows 10k --output out/industry \\
+          --engine transformers --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
     """
     from toolkit.local_run import run_job
     from toolkit.reporting import SMOKE_WARNING, format_summary

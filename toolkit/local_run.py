@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.errors import JobFailedError, ToolkitError, debug_enabled
+from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
 from toolkit.job_definition import JobDefinition
 from toolkit.run_summary import RunSummary
 from toolkit.spec import JobSpec
@@ -35,6 +35,8 @@ def run_job(
     connection = connect_ray(address)
     if on_connected is not None:
         on_connected(connection.dashboard_url)
+    if connection.started_here:
+        check_runs_locally(spec)
     try:
         return run_pipeline(job, spec, overwrite=overwrite)
     except ToolkitError:
@@ -47,6 +49,36 @@ def run_job(
             hint="Rerun with TOOLKIT_DEBUG=1 for the full traceback; the Ray Dashboard "
             "shows worker logs.",
         ) from None
+
+
+def check_runs_locally(spec: JobSpec) -> None:
+    """Refuse, up front, what a Ray started on this machine can never run.
+
+    A cluster may add GPU nodes later (autoscaling), but a local Ray won't: a GPU
+    engine would otherwise wait for resources forever.
+
+    Raises:
+        SpecError: the engine needs GPUs this machine lacks, or vLLM isn't installed.
+    """
+    import importlib.util
+
+    import ray
+
+    if spec.engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise SpecError(
+            "engine.kind: vllm, but vLLM is not installed here.",
+            hint="Run it on a GPU cluster (toolkit submit), install the extra on a GPU "
+            "machine (pip install -e '.[vllm]'), or use --engine transformers "
+            "--accelerator none on this machine (--smoke does that for you).",
+        )
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if spec.engine.accelerator_type and not gpus:
+        raise SpecError(
+            f"engine.accelerator_type: {spec.engine.accelerator_type}, but this machine's "
+            "Ray has no GPU, so the engine would wait for one forever.",
+            hint="Add --accelerator none to run on CPU (transformers engine), or submit "
+            "the job to a GPU cluster with toolkit submit.",
+        )
 
 
 def root_cause(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 SAMPLE_PREFIX = "sample:"
 
@@ -145,10 +145,17 @@ class EngineConfig(StrictModel):
     accelerator_type: str | None = Field(
         None,
         description=(
-            "GPU type each engine worker needs, e.g. 'L4', 'A10G', 'H100'. Unset runs the "
-            "engine on CPU (transformers engine only)."
+            "GPU type each engine worker needs, e.g. 'L4', 'A10G', 'H100'. 'none' (or "
+            "unset) runs the engine on CPU (transformers engine only)."
         ),
     )
+    @field_validator("accelerator_type", mode="before")
+    @classmethod
+    def _none_means_cpu(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "cpu", "null"):
+            return None
+        return value
+
     num_cpus: float = Field(
         1.0,
         gt=0,

@@ -97,3 +97,21 @@ def test_debug_shows_the_traceback(local_ray, tmp_path, monkeypatch):
                                        "--input", str(tmp_path / "nope.csv")])
     assert result.exit_code != 0
     assert result.exception is not None  # raised, so the traceback is shown
+
+
+def test_a_gpu_engine_on_a_machine_without_gpus_is_refused_up_front(local_ray):
+    from toolkit.errors import SpecError
+    from toolkit.job_definition import load_job
+    from toolkit.local_run import check_runs_locally
+    from toolkit.spec_loading import load_job_spec
+
+    job = load_job("text-industry")
+    with pytest.raises(SpecError, match="vllm, but vLLM is not installed here"):
+        check_runs_locally(load_job_spec(job))
+    on_l4 = load_job_spec(job, overrides={"engine.kind": "transformers"})
+    with pytest.raises(SpecError, match="accelerator_type: L4, but this machine's Ray has no GPU"):
+        check_runs_locally(on_l4)
+    on_cpu = load_job_spec(job, overrides={"engine.kind": "transformers",
+                                           "engine.accelerator_type": "none"})
+    assert on_cpu.engine.accelerator_type is None
+    check_runs_locally(on_cpu)
