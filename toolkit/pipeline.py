@@ -1,6 +1,7 @@
 """The Ray Data pipeline every job shares.
 
-read -> limit -> repartition -> preprocess -> engine -> postprocess -> write
+read (a file, a staged --rows slice, or generated samples) -> preprocess -> engine
+-> postprocess -> write, with Ray Data checkpointing so a rerun resumes.
 
 Everything streams: Ray Data reads, infers and writes blocks concurrently and the
 results go to files as they are produced, so memory stays flat as rows grow. Every
@@ -11,13 +12,13 @@ ends with a summary computed from what was actually written.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import apply_engine
-from toolkit.input_data import check_required_columns
+from toolkit.input_data import HF_PREFIX, check_required_columns
 from toolkit.job_definition import JobDefinition
 from toolkit.model_sources import check_model_source
-from toolkit.input_data import HF_PREFIX
 from toolkit.output_data import (
     OutputState,
     checkpointed_row_count,
@@ -105,7 +106,7 @@ def finish_row(
 
 
 def output_schema(
-    input_schema: "pa.Schema", result_columns: dict[str, str], dropped: list[str] = ()
+    input_schema: "pa.Schema", result_columns: dict[str, str], dropped: Sequence[str] = ()
 ) -> "pa.Schema":
     """Input columns, then result columns, then ``error``: the same in every file."""
     import pyarrow as pa
