@@ -24,10 +24,10 @@ import argparse
 import time
 
 from toolkit.engines.transformers_engine import TransformersChatEngine, generate_texts
-from toolkit.job_definition import load_job
-from toolkit.pipeline import engine_sampling_params
+from toolkit.spec.job_definition import load_job
+from toolkit.run.pipeline import engine_sampling_params
 from toolkit.samples.customers import customers_batch
-from toolkit.spec_loading import load_job_spec
+from toolkit.spec.loading import load_job_spec
 
 
 def build_random_model(size: str) -> str:
@@ -73,7 +73,7 @@ def main() -> None:
     import torch
     from transformers import pipeline
 
-    from toolkit.model_sources import resolve_model_source
+    from toolkit.engines.model_source import resolve_model_source
 
     torch.set_num_threads(args.threads)
     job = load_job("text-industry")

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from toolkit.entrypoint import run_job_main
-from toolkit.job_definition import JobDefinition
-from toolkit.spec import JobSpec, StrictModel
+from toolkit.run.entrypoint import run_job_main
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import JobSpec, StrictModel
 
 REFERENCE_FORMAT = "%m-%d-%Y"
 

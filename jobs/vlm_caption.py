@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import Field
 
-from toolkit.entrypoint import run_job_main
-from toolkit.job_definition import JobDefinition
-from toolkit.spec import JobSpec, StrictModel
+from toolkit.run.entrypoint import run_job_main
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import JobSpec, StrictModel
 
 
 class VlmCaptionOptions(StrictModel):
@@ -51,7 +51,7 @@ def image_bytes(value: Any) -> bytes:
 
 
 def preprocess(row: dict[str, Any], options: VlmCaptionOptions) -> dict[str, Any]:
-    from toolkit.samples.images import decode_image, image_to_data_url, resize_image
+    from toolkit.engines.images import decode_image, image_to_data_url, resize_image
 
     try:
         image = decode_image(image_bytes(row.get(options.image_column)))

@@ -12,13 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from toolkit.cli import main
+from toolkit.cli.main import main
 
 HEAVY = ("ray", "torch", "transformers", "vllm")
 
 CHECK_IMPORTS = """
 import sys
-from toolkit.cli import main
+from toolkit.cli.main import main
 try:
     main({args!r}, prog_name="toolkit")
 except SystemExit as exit:

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from jobs.date_reformat import accuracy, postprocess, preprocess, reference_date
-from toolkit.job_definition import load_job
-from toolkit.spec_loading import load_job_spec
+from toolkit.spec.job_definition import load_job
+from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("date-reformat")
 SPEC = load_job_spec(JOB)

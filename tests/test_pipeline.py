@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.job_definition import load_job
-from toolkit.pipeline import run_pipeline
+from toolkit.spec.job_definition import load_job
+from toolkit.run.pipeline import run_pipeline
 from toolkit.samples.customers import CUSTOMER_COLUMNS, write_customers_csv
-from toolkit.spec_loading import load_job_spec
+from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")
 

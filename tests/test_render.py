@@ -14,19 +14,19 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from toolkit.backends.base import check_no_secrets, secret_env, upload_size_warning
-from toolkit.cli import main
-from toolkit.compute_table import ACCELERATOR_INSTANCE_TYPES, worker_instance_type
+from toolkit.cluster.backends.base import check_no_secrets, secret_env, upload_size_warning
+from toolkit.cli.main import main
+from toolkit.cluster.compute_table import ACCELERATOR_INSTANCE_TYPES, worker_instance_type
 from toolkit.errors import SpecError
-from toolkit.job_definition import REPO_ROOT, list_jobs, load_job
-from toolkit.render import (
+from toolkit.spec.job_definition import REPO_ROOT, list_jobs, load_job
+from toolkit.cluster.render import (
     default_image_uri,
     job_requirements,
     output_location_warning,
     prepare_submission,
     render_job_yaml,
 )
-from toolkit.spec_loading import load_job_spec, read_spec_file
+from toolkit.spec.loading import load_job_spec, read_spec_file
 
 EXAMPLE = REPO_ROOT / "job.yaml.example"
 EXAMPLE_ARGS = ["render", "text-industry", "--rows", "1M"]
@@ -220,7 +220,7 @@ def test_render_does_not_import_ray_torch_or_transformers(tmp_path: Path) -> Non
     code = textwrap.dedent(f"""
         import json, sys
         from click.testing import CliRunner
-        from toolkit.cli import main
+        from toolkit.cli.main import main
         result = CliRunner().invoke(main, {[*EXAMPLE_ARGS, "-o", str(tmp_path / "job.yaml")]!r})
         assert result.exit_code == 0, result.output
         heavy = ("ray", "torch", "transformers", "vllm")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from jobs.text_industry import TextIndustryOptions
-from toolkit.job_definition import load_job
-from toolkit.pipeline import finish_batch, output_schema, prepare_row
-from toolkit.spec_loading import load_job_spec
+from toolkit.spec.job_definition import load_job
+from toolkit.run.pipeline import finish_batch, output_schema, prepare_row
+from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")
 OPTIONS: TextIndustryOptions = load_job_spec(JOB).options

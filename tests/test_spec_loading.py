@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from toolkit.errors import SpecError
-from toolkit.job_definition import list_jobs, load_job
-from toolkit.spec import parse_row_count
-from toolkit.spec_loading import load_job_spec, spec_to_yaml
+from toolkit.spec.job_definition import list_jobs, load_job
+from toolkit.spec.models import parse_row_count
+from toolkit.spec.loading import load_job_spec, spec_to_yaml
 
 JOB = load_job("text-industry")
 

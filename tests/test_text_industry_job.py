@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobs.text_industry import postprocess, preprocess
-from toolkit.job_definition import load_job
-from toolkit.spec_loading import load_job_spec
+from toolkit.spec.job_definition import load_job
+from toolkit.spec.loading import load_job_spec
 
 OPTIONS = load_job_spec(load_job("text-industry")).options
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.backends.local_head import (
+from toolkit.cluster.backends.local_head import (
     LocalHead,
     pids_using,
     start_head,
@@ -26,7 +26,7 @@ from toolkit.backends.local_head import (
     stop_head,
     write_state,
 )
-from toolkit.job_definition import REPO_ROOT
+from toolkit.spec.job_definition import REPO_ROOT
 
 SPEC_DIR = REPO_ROOT / ".toolkit" / "specs"
 

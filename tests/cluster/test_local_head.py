@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from toolkit.backends.local_head import (
+from toolkit.cluster.backends.local_head import (
     LocalHead,
     dashboard_responds,
     ensure_local_head,
@@ -18,7 +18,7 @@ from toolkit.backends.local_head import (
     state_path,
     write_state,
 )
-from toolkit.cli import main
+from toolkit.cli.main import main
 
 
 def test_the_recorded_head_is_reused(ray_head: LocalHead) -> None:

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from toolkit.backends.base import Backend, JobHandle, JobInfo, JobStatus, SubmitRequest
+from toolkit.cluster.backends.base import Backend, JobHandle, JobInfo, JobStatus, SubmitRequest
 from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
-from toolkit.watching import Clock, follow, raise_for_outcome
+from toolkit.cluster.watching import Clock, follow, raise_for_outcome
 
 
 class ScriptedBackend:

@@ -17,14 +17,10 @@ from toolkit.engines.transformers_vision_engine import (  # noqa: E402
     apply_transformers_vision_engine,
     split_images,
 )
-from toolkit.samples.images import (  # noqa: E402
-    decode_image,
-    image_to_data_url,
-    resize_image,
-    write_sample_images,
-)
+from toolkit.engines.images import decode_image, image_to_data_url, resize_image  # noqa: E402
+from toolkit.samples.images import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import build_tiny_vision_model  # noqa: E402
-from toolkit.spec import EngineConfig  # noqa: E402
+from toolkit.spec.models import EngineConfig  # noqa: E402
 
 GREEDY = {"temperature": 0.0, "max_tokens": 8, "top_p": 1.0}
 

@@ -4,9 +4,9 @@ runs on GPU workers, so here we check what would be built, against a local model
 from __future__ import annotations
 
 from toolkit.engines.vllm_engine import build_vllm_processor
-from toolkit.job_definition import load_job
-from toolkit.pipeline import engine_sampling_params
-from toolkit.spec_loading import load_job_spec
+from toolkit.spec.job_definition import load_job
+from toolkit.run.pipeline import engine_sampling_params
+from toolkit.spec.loading import load_job_spec
 
 
 def test_text_industry_builds_the_seed_processor(local_ray, tiny_chat_model):

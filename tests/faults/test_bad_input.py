@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from toolkit.cli import main
+from toolkit.cli.main import main
 
 
 def make_inputs(tmp: Path) -> dict[str, str]:
@@ -101,9 +101,9 @@ def test_debug_shows_the_traceback(local_ray, tmp_path, monkeypatch):
 
 def test_a_gpu_engine_on_a_machine_without_gpus_is_refused_up_front(local_ray):
     from toolkit.errors import SpecError
-    from toolkit.job_definition import load_job
-    from toolkit.local_run import check_runs_locally
-    from toolkit.spec_loading import load_job_spec
+    from toolkit.spec.job_definition import load_job
+    from toolkit.run.local_run import check_runs_locally
+    from toolkit.spec.loading import load_job_spec
 
     job = load_job("text-industry")
     with pytest.raises(SpecError, match="vllm, but vLLM is not installed here"):

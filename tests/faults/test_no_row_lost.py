@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import JobFailedError
-from toolkit.job_definition import load_job
-from toolkit.local_run import run_job
-from toolkit.pipeline import run_pipeline
-from toolkit.spec_loading import load_job_spec
+from toolkit.spec.job_definition import load_job
+from toolkit.run.local_run import run_job
+from toolkit.run.pipeline import run_pipeline
+from toolkit.spec.loading import load_job_spec
 
 ROWS = 2000
 BATCH = 64

@@ -7,13 +7,13 @@ import io
 import pytest
 from PIL import Image
 
-from toolkit.samples.images import (
+from toolkit.engines.images import (
     data_url_to_bytes,
     decode_image,
     image_to_data_url,
     resize_image,
-    write_sample_images,
 )
+from toolkit.samples.images import write_sample_images
 
 
 def decodable(path) -> bool:

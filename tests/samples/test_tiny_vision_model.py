@@ -12,7 +12,8 @@ transformers = pytest.importorskip("transformers")
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer  # noqa: E402
 
 from toolkit.samples import tiny_vision_model  # noqa: E402
-from toolkit.samples.images import decode_image, write_sample_images  # noqa: E402
+from toolkit.engines.images import decode_image  # noqa: E402
+from toolkit.samples.images import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import (  # noqa: E402
     IMAGE_TOKENS_PER_IMAGE,
     build_tiny_vision_model,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec import EngineConfig
+    from toolkit.spec.models import EngineConfig
 
 
 def apply_engine(ds: "Dataset", engine: "EngineConfig", multimodal: bool = False) -> "Dataset":

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.row_contract import (
+from toolkit.spec.row_contract import (
     ERROR_COLUMN,
     MESSAGES_COLUMN,
     SAMPLING_PARAMS_COLUMN,
@@ -34,7 +34,7 @@ from toolkit.row_contract import (
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec import EngineConfig
+    from toolkit.spec.models import EngineConfig
 
 
 def structured_output_grammar(constraint: dict[str, Any]) -> tuple[str, str]:
@@ -67,7 +67,7 @@ class TransformersChatEngine:
     ) -> None:
         import torch
 
-        from toolkit.model_sources import resolve_model_source
+        from toolkit.engines.model_source import resolve_model_source
 
         torch.set_num_threads(max(1, num_threads))
         self.torch = torch

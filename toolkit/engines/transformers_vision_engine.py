@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from ray.data import Dataset
 
-    from toolkit.spec import EngineConfig
+    from toolkit.spec.models import EngineConfig
 
 __all__ = [
     "TransformersVisionEngine",
@@ -164,7 +164,7 @@ def _decode_part(part: dict[str, Any]) -> "Image.Image":
     """The RGB picture of one image content part; ValueError says why there is none."""
     from PIL import Image
 
-    from toolkit.samples.images import data_url_to_bytes, decode_image
+    from toolkit.engines.images import data_url_to_bytes, decode_image
 
     if part["type"] == "image_url":
         source = part.get("image_url")

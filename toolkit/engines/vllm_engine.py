@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toolkit.model_sources import resolve_model_source
+from toolkit.engines.model_source import resolve_model_source
 
 if TYPE_CHECKING:
     from ray.data import Dataset
     from ray.data.llm import Processor
 
-    from toolkit.spec import EngineConfig
+    from toolkit.spec.models import EngineConfig
 
 
 def build_vllm_processor(engine: "EngineConfig", multimodal: bool = False) -> "Processor":

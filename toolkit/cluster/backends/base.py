@@ -2,8 +2,8 @@
 
 A backend runs a prepared job somewhere else (a Ray cluster through the Ray Jobs
 API, or Anyscale) and answers questions about it. The CLI and
-:mod:`toolkit.watching` only use this module's names, so adding a backend means
-implementing :class:`Backend` and registering it in :mod:`toolkit.backends`.
+:mod:`toolkit.cluster.watching` only use this module's names, so adding a backend means
+implementing :class:`Backend` and registering it in :mod:`toolkit.cluster.backends`.
 
 Nothing here imports Ray or Anyscale.
 """
@@ -83,7 +83,7 @@ class JobInfo(_Model):
 class SubmitRequest(_Model):
     """A job ready to run: the spec file written, the entrypoint and what to upload.
 
-    :func:`toolkit.render.prepare_submission` builds it from a validated spec; the
+    :func:`toolkit.cluster.render.prepare_submission` builds it from a validated spec; the
     Ray backend turns it into a runtime_env and the Anyscale backend into a
     ``JobConfig``. It holds no secrets: those are passed to ``submit`` separately
     and never stored.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from toolkit.backends.base import (
+from toolkit.cluster.backends.base import (
     Backend,
     JobHandle,
     JobInfo,
@@ -51,7 +51,7 @@ def open_backend(
         BackendUnavailableError: the cluster can't be reached or you are not logged in.
     """
     if name == "ray":
-        from toolkit.backends.ray_jobs import RayJobsBackend
+        from toolkit.cluster.backends.ray_jobs import RayJobsBackend
 
         return RayJobsBackend.connect(address, on_event=on_event)
     if name == "anyscale":
@@ -60,7 +60,7 @@ def open_backend(
                 "--address applies to --backend ray only; Anyscale picks the cluster itself.",
                 hint="Drop --address, or use --backend ray.",
             )
-        from toolkit.backends.anyscale_backend import AnyscaleBackend
+        from toolkit.cluster.backends.anyscale_backend import AnyscaleBackend
 
         return AnyscaleBackend.connect()
     raise SpecError(f"Unknown backend {name!r}; choose one of: {', '.join(BACKEND_NAMES)}.")

@@ -1,7 +1,7 @@
 """The ``ray`` backend: jobs on a Ray cluster through ``ray.job_submission``.
 
 The address is the Ray dashboard URL (``http://HEAD:8265``), ``local`` for a head
-on this machine (started once, then reused: :mod:`toolkit.backends.local_head`),
+on this machine (started once, then reused: :mod:`toolkit.cluster.backends.local_head`),
 or ``$RAY_ADDRESS`` when no ``--address`` is given. An explicit ``--address``
 always wins over ``$RAY_ADDRESS`` (Ray's own client does it the other way round).
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from toolkit.backends.base import (
+from toolkit.cluster.backends.base import (
     JobHandle,
     JobInfo,
     JobNotFoundError,
@@ -193,7 +193,7 @@ class RayJobsBackend:
         environ = os.environ if environ is None else environ
         local = address == "local"
         if local:
-            from toolkit.backends.local_head import ensure_local_head
+            from toolkit.cluster.backends.local_head import ensure_local_head
 
             url = ensure_local_head(on_event=on_event).dashboard_url
         else:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.spec import DataConfig
+from toolkit.spec.models import DataConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from toolkit.backends.base import (
+from toolkit.cluster.backends.base import (
     JobHandle,
     JobInfo,
     JobNotFoundError,
@@ -172,7 +172,7 @@ class AnyscaleBackend:
 
     def job_config(self, request: SubmitRequest, secrets: Mapping[str, str]) -> Any:
         """The validated ``anyscale.job.models.JobConfig`` this backend submits."""
-        from toolkit.render import anyscale_job_config, validate_job_config
+        from toolkit.cluster.render import anyscale_job_config, validate_job_config
 
         return validate_job_config(
             anyscale_job_config(request, working_dir=str(request.working_dir), extra_env=secrets)

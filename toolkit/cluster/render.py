@@ -1,7 +1,7 @@
 """Turn a validated spec into a job that runs elsewhere: the spec file, the entrypoint,
 the upload, and the Anyscale ``job.yaml``.
 
-The same :class:`~toolkit.backends.base.SubmitRequest` feeds the rendered file, the Ray
+The same :class:`~toolkit.cluster.backends.base.SubmitRequest` feeds the rendered file, the Ray
 Jobs backend and the Anyscale backend, so the three can't drift apart. Rendering is
 deterministic: the spec file is named by the hash of its content, and the job.yaml
 holds no timestamps, so rendering the same spec twice gives the same bytes.
@@ -24,16 +24,16 @@ from typing import Any
 
 import yaml
 
-from toolkit.backends.base import (
+from toolkit.cluster.backends.base import (
     SubmitRequest,
     check_no_secrets,
     upload_size_warning,
 )
-from toolkit.compute_table import worker_instance_type
+from toolkit.cluster.compute_table import worker_instance_type
 from toolkit.errors import SpecError
-from toolkit.job_definition import REPO_ROOT, module_name_for
-from toolkit.spec import JobSpec
-from toolkit.spec_loading import write_spec_json
+from toolkit.spec.job_definition import REPO_ROOT, module_name_for
+from toolkit.spec.models import JobSpec
+from toolkit.spec.loading import write_spec_json
 
 #: Where spec files go, relative to the working dir. Not excluded from uploads
 #: (and must not be listed in .gitignore: Ray's upload honours .gitignore).

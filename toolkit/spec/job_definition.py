@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar
 
 from toolkit.errors import SpecError
-from toolkit.spec import JobSpec, StrictModel
+from toolkit.spec.models import JobSpec, StrictModel
 
 OptionsT = TypeVar("OptionsT", bound=StrictModel)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def templates_dir() -> Path:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from toolkit.errors import SpecError
-from toolkit.input_data import (
+from toolkit.run.input_data import (
     HF_PREFIX,
     SAMPLE_INPUTS,
     input_schema,
@@ -30,8 +30,8 @@ from toolkit.input_data import (
     read_image_folder,
     sample_images_folder,
 )
-from toolkit.output_data import CHECKPOINT_DIR, STAGED_INPUT_DIR, output_filesystem, output_path
-from toolkit.spec import SAMPLE_PREFIX, JobSpec
+from toolkit.run.run_directory import CHECKPOINT_DIR, STAGED_INPUT_DIR, output_filesystem, output_path
+from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa

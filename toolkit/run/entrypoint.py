@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ToolkitError, debug_enabled
-from toolkit.job_definition import JobDefinition
+from toolkit.spec.job_definition import JobDefinition
 
 
 def run_job_main(job: JobDefinition[Any], argv: list[str] | None = None) -> None:
     """Load the serialised spec, join Ray, run the pipeline, print the summary."""
-    from toolkit.pipeline import run_pipeline
-    from toolkit.ray_connection import connect_ray
-    from toolkit.reporting import format_summary
-    from toolkit.spec_loading import read_spec_file
+    from toolkit.run.pipeline import run_pipeline
+    from toolkit.run.ray_connection import connect_ray
+    from toolkit.run.summary_text import format_summary
+    from toolkit.spec.loading import read_spec_file
 
     parser = argparse.ArgumentParser(prog=f"python -m {job.module_name}", description=job.description)
     parser.add_argument("--spec", required=True, type=Path, help="spec file (JSON or YAML)")

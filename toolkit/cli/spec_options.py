@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 if TYPE_CHECKING:
-    from toolkit.job_definition import JobDefinition
-    from toolkit.spec import JobSpec
+    from toolkit.spec.job_definition import JobDefinition
+    from toolkit.spec.models import JobSpec
 
 # Flag name -> dotted spec path. Only flags the user actually gave are applied.
 SPEC_FLAGS: dict[str, str] = {
@@ -60,8 +60,8 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str, ...],
                          smoke: bool, **flags: Any) -> tuple["JobDefinition[Any]", "JobSpec"]:
     """The job and its validated spec from a command's spec flags (None = not given)."""
-    from toolkit.job_definition import load_job
-    from toolkit.spec_loading import load_job_spec
+    from toolkit.spec.job_definition import load_job
+    from toolkit.spec.loading import load_job_spec
 
     job = load_job(job_name)
     overrides = {SPEC_FLAGS[name]: value for name, value in flags.items() if value is not None}

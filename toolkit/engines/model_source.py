@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.errors import SpecError
-from toolkit.spec import SAMPLE_PREFIX
+from toolkit.spec.models import SAMPLE_PREFIX
 
 SAMPLE_MODELS = ("tiny-chat", "tiny-vision")
 

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from toolkit.output_data import SUMMARY_FILE, output_filesystem
-from toolkit.row_contract import ERROR_COLUMN
+from toolkit.run.run_directory import SUMMARY_FILE, output_filesystem
+from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
-    from toolkit.job_definition import JobDefinition
-    from toolkit.spec import JobSpec
+    from toolkit.spec.job_definition import JobDefinition
+    from toolkit.spec.models import JobSpec
 
 
 class RunSummary(BaseModel):

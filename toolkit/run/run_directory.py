@@ -20,7 +20,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import SpecError
-from toolkit.spec import DataConfig, JobSpec
+from toolkit.spec.models import DataConfig, JobSpec
 
 if TYPE_CHECKING:
     import pyarrow.fs

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
-from toolkit.job_definition import JobDefinition
-from toolkit.run_summary import RunSummary
-from toolkit.spec import JobSpec
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.run.summary import RunSummary
+from toolkit.spec.models import JobSpec
 
 
 def run_job(
@@ -29,8 +29,8 @@ def run_job(
         ToolkitError: bad spec/input (exit 2) or the run failed (exit 4), with the
             underlying cause in one paragraph.
     """
-    from toolkit.pipeline import run_pipeline
-    from toolkit.ray_connection import connect_ray
+    from toolkit.run.pipeline import run_pipeline
+    from toolkit.run.ray_connection import connect_ray
 
     connection = connect_ray(address)
     if on_connected is not None:

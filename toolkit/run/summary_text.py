@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.run_summary import RunSummary
+from toolkit.run.summary import RunSummary
 
 SMOKE_WARNING = (
     "Smoke run: a tiny random-weight model produced these results. They prove the "

@@ -1,7 +1,7 @@
 """``toolkit render | submit | status | logs | stop | list``: jobs that run elsewhere.
 
-Each command parses its flags, calls the library (:mod:`toolkit.render`,
-:mod:`toolkit.backends`, :mod:`toolkit.watching`) and prints. Human-readable notes
+Each command parses its flags, calls the library (:mod:`toolkit.cluster.render`,
+:mod:`toolkit.cluster.backends`, :mod:`toolkit.cluster.watching`) and prints. Human-readable notes
 go to stderr; stdout carries what scripts want: the job id from ``submit``, the
 job's logs, ``status``/``list`` output (``--output json`` for machines).
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from toolkit.cli_spec_options import load_spec_from_flags, pop_spec_flags, spec_options
+from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 
 DEFAULT_FOLLOW_TIMEOUT_S = 24 * 3600.0
 
@@ -50,7 +50,7 @@ def backend_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _open(backend: str, address: str | None) -> Any:
-    from toolkit.backends import open_backend
+    from toolkit.cluster.backends import open_backend
 
     return open_backend(backend, address, on_event=_note)
 
@@ -71,7 +71,7 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
 def _follow(target: Any, job_id: str, timeout: float, flags: str) -> None:
     """Stream logs until the job ends; exit 0 / 4 / 5, or 6 on timeout."""
     from toolkit.errors import WaitTimeoutError
-    from toolkit.watching import follow, raise_for_outcome
+    from toolkit.cluster.watching import follow, raise_for_outcome
 
     def show_status(info: Any) -> None:
         if not info.status.is_terminal():
@@ -118,7 +118,7 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
       toolkit render text-industry --rows 1M --output s3://bucket/industry -o job.yaml
       anyscale job submit -f job.yaml --env HF_TOKEN=$HF_TOKEN
     """
-    from toolkit.render import render_job_yaml
+    from toolkit.cluster.render import render_job_yaml
 
     _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     result = render_job_yaml(spec, overwrite=overwrite)
@@ -161,9 +161,9 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
           --address http://head:8265
       toolkit submit text-industry --rows 1M --output s3://bucket/industry --backend anyscale
     """
-    from toolkit.backends.base import describe_secrets, secret_env
-    from toolkit.render import prepare_submission
-    from toolkit.reporting import SMOKE_WARNING
+    from toolkit.cluster.backends.base import describe_secrets, secret_env
+    from toolkit.cluster.render import prepare_submission
+    from toolkit.run.summary_text import SMOKE_WARNING
 
     _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     target = _open(backend, address)
@@ -225,7 +225,7 @@ def format_info(info: Any) -> str:
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def status_command(job_id: str, backend: str, address: str | None, output: str) -> None:
     """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)."""
-    from toolkit.run_summary import finished_job_summary
+    from toolkit.run.summary import finished_job_summary
 
     info = _open(backend, address).status(job_id)
     summary = finished_job_summary(info.output) if info.status.is_terminal() else None
@@ -236,7 +236,7 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
         return
     click.echo(format_info(info))
     if summary is not None:
-        from toolkit.reporting import format_summary
+        from toolkit.run.summary_text import format_summary
 
         click.echo(format_summary(summary))
 
@@ -291,7 +291,7 @@ def stop_command(job_id: str | None, backend: str, address: str | None, wait: bo
     if local_head:
         if job_id:
             raise click.UsageError("Give a JOB_ID or --local-head, not both.")
-        from toolkit.backends.local_head import stop_local_head
+        from toolkit.cluster.backends.local_head import stop_local_head
 
         head = stop_local_head()
         _note(f"Stopped the local Ray head at {head.dashboard_url}." if head
@@ -299,7 +299,7 @@ def stop_command(job_id: str | None, backend: str, address: str | None, wait: bo
         return
     if not job_id:
         raise click.UsageError("Missing JOB_ID (or pass --local-head).")
-    from toolkit.watching import follow
+    from toolkit.cluster.watching import follow
 
     target = _open(backend, address)
     if not target.stop(job_id):

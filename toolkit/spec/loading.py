@@ -16,8 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from toolkit.errors import SpecError
-from toolkit.job_definition import JobDefinition
-from toolkit.spec import JobSpec
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import JobSpec
 
 # What --smoke changes for every job: our own engine on one CPU worker. Each job
 # adds its sample input and tiny model through JobDefinition.smoke_overrides.

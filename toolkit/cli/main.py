@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from toolkit.cli_cluster import CLUSTER_COMMANDS
-from toolkit.cli_spec_options import load_spec_from_flags, pop_spec_flags, spec_options
+from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
+from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 from toolkit.errors import ToolkitError, debug_enabled
 
 class ToolkitGroup(click.Group):
@@ -28,7 +28,7 @@ class ToolkitGroup(click.Group):
         except Exception as exc:
             if debug_enabled():
                 raise
-            from toolkit.local_run import root_cause
+            from toolkit.run.local_run import root_cause
 
             raise ToolkitError(
                 f"Unexpected error: {root_cause(exc)}",
@@ -58,7 +58,7 @@ def main() -> None:
 @main.command("jobs")
 def jobs_command() -> None:
     """List the jobs you can run."""
-    from toolkit.job_definition import list_jobs, load_job
+    from toolkit.spec.job_definition import list_jobs, load_job
 
     for name in list_jobs():
         click.echo(f"{name:16} {load_job(name).description}")
@@ -69,7 +69,7 @@ def jobs_command() -> None:
 def show_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                  **kwargs: Any) -> None:
     """Print the full effective spec of JOB as YAML (after -f, flags and --set)."""
-    from toolkit.spec_loading import spec_to_yaml
+    from toolkit.spec.loading import spec_to_yaml
 
     _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     click.echo(spec_to_yaml(spec), nl=False)
@@ -90,8 +90,8 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
       toolkit run text-industry --input customers.csv --rows 10k --output out/industry \\
           --engine transformers --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
     """
-    from toolkit.local_run import run_job
-    from toolkit.reporting import SMOKE_WARNING, format_summary
+    from toolkit.run.local_run import run_job
+    from toolkit.run.summary_text import SMOKE_WARNING, format_summary
 
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     click.echo(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
@@ -123,7 +123,7 @@ def samples_customers(rows: str, output: Path, seed: int) -> None:
     import time
 
     from toolkit.samples.customers import write_customers_csv
-    from toolkit.spec import parse_row_count
+    from toolkit.spec.models import parse_row_count
 
     try:
         count = parse_row_count(rows)

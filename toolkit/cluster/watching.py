@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from toolkit.backends.base import Backend, JobInfo, JobStatus
+from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
 from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
 
 #: Default bound for --follow / logs --follow: long batch jobs run for hours.

@@ -16,18 +16,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import apply_engine
-from toolkit.input_data import HF_PREFIX, check_required_columns
-from toolkit.job_definition import JobDefinition
-from toolkit.model_sources import check_model_source
-from toolkit.output_data import (
+from toolkit.run.input_data import HF_PREFIX, check_required_columns
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.engines.model_source import check_model_source
+from toolkit.run.run_directory import (
     OutputState,
     checkpointed_row_count,
     finish_output,
     prepare_output,
     write_output,
 )
-from toolkit.resumable_input import RunSource, checkpoint_config, checkpointing, open_run_source
-from toolkit.row_contract import (
+from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
+from toolkit.spec.row_contract import (
     ERROR_COLUMN,
     GENERATED_TEXT_COLUMN,
     MESSAGES_COLUMN,
@@ -36,8 +36,8 @@ from toolkit.row_contract import (
     plain,
     row_error,
 )
-from toolkit.run_summary import RunSummary, read_summary, summarize_output
-from toolkit.spec import JobSpec, SamplingConfig
+from toolkit.run.summary import RunSummary, read_summary, summarize_output
+from toolkit.spec.models import JobSpec, SamplingConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
