@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from toolkit.run.entrypoint import run_job_main
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, StrictModel
 
@@ -24,7 +23,6 @@ class DateReformatOptions(StrictModel):
     date_column: str = Field(
         "Subscription Date", description="Input column holding the date to rewrite."
     )
-    id_column: str = Field("Index", description="Input column that identifies a row.")
     input_formats: list[str] = Field(
         description=(
             "strptime formats the source dates may be in, tried in order, for the "
@@ -113,19 +111,13 @@ JOB = JobDefinition(
     spec_model=DateReformatSpec,
     preprocess=preprocess,
     postprocess=postprocess,
-    required_columns=lambda options: [options.date_column, options.id_column],
-    id_column=lambda options: options.id_column,
+    required_columns=lambda options: [options.date_column],
     structured_output=lambda options: {"regex": options.answer_regex},
-    result_columns={"resp": "string", "reference": "string", "matches_reference": "bool"},
+    result_columns=lambda options: {
+        "resp": "string", "reference": "string", "matches_reference": "bool",
+    },
     summary_columns=("matches_reference",),
     summarize=accuracy,
     smoke_overrides={"data.input": "sample:customers", "engine.model": "sample:tiny-chat"},
 )
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_job_main(JOB, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,6 @@ from typing import Any
 
 from pydantic import Field
 
-from toolkit.run.entrypoint import run_job_main
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, StrictModel
 
@@ -23,10 +22,6 @@ class VlmCaptionOptions(StrictModel):
             "Column with the image: encoded bytes, or a Hugging Face image dict with "
             "'bytes'. Image folders provide 'bytes'."
         ),
-    )
-    id_column: str = Field(
-        "__key__",
-        description="Column that identifies an image (image folders provide 'path').",
     )
     image_size: tuple[int, int] = Field(
         (225, 225),
@@ -87,10 +82,9 @@ JOB = JobDefinition(
     spec_model=VlmCaptionSpec,
     preprocess=preprocess,
     postprocess=postprocess,
-    required_columns=lambda options: [options.image_column, options.id_column],
-    id_column=lambda options: options.id_column,
+    required_columns=lambda options: [options.image_column],
     structured_output=lambda options: None,
-    result_columns={"generated_caption": "string"},
+    result_columns=lambda options: {"generated_caption": "string"},
     drop_columns=lambda options: [options.image_column],
     multimodal=True,
     summary_columns=("error",),
@@ -100,14 +94,7 @@ JOB = JobDefinition(
         "engine.model": "sample:tiny-vision",
         "engine.batch_size": 16,
         "options.image_column": "bytes",
-        "options.id_column": "path",
+        "data.id_column": "path",
     },
 )
 
-
-def main(argv: list[str] | None = None) -> None:
-    run_job_main(JOB, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,27 @@ def sample_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = Path(os.environ.get("TOOLKIT_TEST_CACHE_DIR") or tmp_path_factory.mktemp("cache"))
     os.environ["TOOLKIT_CACHE_DIR"] = str(cache)
     return cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _away_from_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The suite runs from a scratch folder, as users run from their own project.
+
+    Whatever the toolkit writes relative to the current directory (``out/``,
+    ``.toolkit/``) lands there, never in this checkout (CI checks ``git status``).
+    Session-wide, so module- and session-scoped fixtures are covered too.
+    """
+    previous = Path.cwd()
+    folder = tmp_path_factory.mktemp("users-folder")
+    os.chdir(folder)
+    yield folder
+    os.chdir(previous)
+
+
+@pytest.fixture(autouse=True)
+def _own_folder_per_test(tmp_path_factory: pytest.TempPathFactory,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
 @pytest.fixture(scope="session")

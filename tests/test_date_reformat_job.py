@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pyarrow as pa
 import pytest
 
-from jobs.date_reformat import accuracy, postprocess, preprocess, reference_date
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("date-reformat")
+CODE = sys.modules[JOB.preprocess.__module__]  # the built-in's own Python file
+accuracy, postprocess, preprocess = CODE.accuracy, CODE.postprocess, CODE.preprocess
+reference_date = CODE.reference_date
 SPEC = load_job_spec(JOB)
 OPTIONS = SPEC.options
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.run.pipeline import run_pipeline
 from toolkit.samples.customers import CUSTOMER_COLUMNS, write_customers_csv
 from toolkit.spec.loading import load_job_spec
@@ -45,7 +45,7 @@ def test_csv_rows_come_back_with_their_columns_intact(local_ray, customers_csv, 
     assert written.column_names == [*source.column_names, "inferred_industry", "error"]
     for column in source.column_names:
         assert written[column].to_pylist() == source[column].to_pylist(), column
-    assert set(written["inferred_industry"].to_pylist()) <= set(spec.options.choices)
+    assert set(written["inferred_industry"].to_pylist()) <= set(spec.output.choice)
     assert written["error"].null_count == 200
     assert (summary.rows_in, summary.rows_written, summary.error_rows) == (200, 200, 0)
     saved = json.loads((tmp_path / "out" / "_summary.json").read_text())

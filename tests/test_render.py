@@ -3,7 +3,6 @@ every time, with no secrets, without importing Ray, torch or transformers."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from toolkit.cluster.backends.base import check_no_secrets, secret_env, upload_s
 from toolkit.cli.main import main
 from toolkit.cluster.compute_table import ACCELERATOR_INSTANCE_TYPES, worker_instance_type
 from toolkit.errors import SpecError
-from toolkit.spec.job_definition import REPO_ROOT, list_jobs, load_job
+from toolkit.spec.catalog import builtin_jobs, load_job
 from toolkit.cluster.render import (
     default_image_uri,
     job_requirements,
@@ -28,6 +27,7 @@ from toolkit.cluster.render import (
 )
 from toolkit.spec.loading import load_job_spec, read_spec_file
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO_ROOT / "job.yaml.example"
 EXAMPLE_ARGS = ["render", "text-industry", "--rows", "1M"]
 
@@ -42,13 +42,25 @@ def spec(job: str = "text-industry", **overrides: object):
     return load_job_spec(load_job(job), overrides=overrides)
 
 
+def render(job_spec, working_dir: Path, **kwargs: object):
+    return render_job_yaml(load_job(job_spec.job), job_spec, working_dir=working_dir, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _in_a_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Render as a user does: from their own project folder, never the toolkit's checkout."""
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+
+
 def test_job_yaml_example_is_the_exact_render_output(tmp_path: Path) -> None:
-    """Regenerate with: toolkit render text-industry --rows 1M -o job.yaml.example"""
+    """Regenerate from an empty folder: toolkit render text-industry --rows 1M -o job.yaml"""
     result = CliRunner().invoke(main, [*EXAMPLE_ARGS, "-o", str(tmp_path / "job.yaml")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "job.yaml").read_text() == EXAMPLE.read_text(), (
-        "job.yaml.example is stale; regenerate it with: "
-        "toolkit render text-industry --rows 1M -o job.yaml.example"
+        "job.yaml.example is stale; regenerate it from an empty folder with: "
+        "toolkit render text-industry --rows 1M -o job.yaml"
     )
     assert result.stderr.startswith(
         "Warning: data.output 'out/text-industry' is a relative path: on Anyscale it would be "
@@ -56,7 +68,8 @@ def test_job_yaml_example_is_the_exact_render_output(tmp_path: Path) -> None:
     assert "/mnt/cluster_storage" in result.stderr and "s3://" in result.stderr
 
 
-def test_job_yaml_example_loads_with_anyscale_and_points_at_its_spec() -> None:
+def test_job_yaml_example_loads_with_anyscale_and_points_at_its_staged_job() -> None:
+    assert CliRunner().invoke(main, [*EXAMPLE_ARGS, "-o", "job.yaml"]).exit_code == 0
     config = anyscale_job_config(EXAMPLE)
     assert config.name == "text-industry"
     assert config.image_uri == default_image_uri()
@@ -65,26 +78,31 @@ def test_job_yaml_example_loads_with_anyscale_and_points_at_its_spec() -> None:
     assert config.compute_config.head_node.instance_type == "m5.2xlarge"
     [workers] = config.compute_config.worker_nodes
     assert (workers.instance_type, workers.min_nodes, workers.max_nodes) == ("g6.2xlarge", 0, 10)
-    module, spec_flag, spec_path = config.entrypoint.split()[2:5]
-    assert (module, spec_flag) == ("jobs.text_industry", "--spec")
-    # The spec file it names is in the repository and holds the rendered spec.
-    loaded = read_spec_file(load_job("text-industry"), REPO_ROOT / spec_path)
+    module, job_flag, job_path, spec_flag, spec_path = config.entrypoint.split()[2:7]
+    assert (module, job_flag, spec_flag) == ("toolkit.run.entrypoint", "--job", "--spec")
+    # The staged files it names are in the project it was rendered in.
+    loaded = read_spec_file(load_job(job_path), Path(spec_path))
     assert loaded.data.rows == 1_000_000
-    name_hash = Path(spec_path).stem.rsplit("-", 1)[1]
-    assert hashlib.sha256((REPO_ROOT / spec_path).read_bytes()).hexdigest().startswith(name_hash)
+    assert config.py_modules == [".toolkit/py_modules/toolkit"]
+    assert Path(".toolkit/py_modules/toolkit/run/entrypoint.py").is_file()
     assert not any(spec_path.startswith(e) for e in config.excludes)
 
 
-@pytest.mark.parametrize("job", list_jobs())
-def test_every_template_renders_to_a_valid_anyscale_job(job: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("job", [job.name for job in builtin_jobs()])
+def test_every_builtin_job_renders_to_a_valid_anyscale_job(job: str, tmp_path: Path) -> None:
     job_spec = spec(job)
-    result = render_job_yaml(job_spec, working_dir=tmp_path)
+    result = render(job_spec, tmp_path)
     path = tmp_path / "job.yaml"
     path.write_text(result.text)
     config = anyscale_job_config(path)
+    staged = result.spec_path.parent.as_posix()
     assert config.entrypoint == (
-        f"python -m jobs.{job.replace('-', '_')} --spec {result.spec_path.as_posix()}")
+        f"python -m toolkit.run.entrypoint --job {staged}/job.yaml --spec {staged}/spec.json")
     assert (tmp_path / result.spec_path).is_file()
+    # The staged job loads on its own, as the entrypoint will load it on the cluster.
+    staged_job = load_job(str(tmp_path / staged / "job.yaml"))
+    staged_spec = read_spec_file(staged_job, tmp_path / result.spec_path)
+    assert staged_spec.model_dump() == job_spec.model_dump()
     [workers] = config.compute_config.worker_nodes
     assert workers.instance_type == worker_instance_type(job_spec.engine.accelerator_type)
     assert config.env_vars == {"PYTHONUNBUFFERED": "1"}
@@ -93,20 +111,19 @@ def test_every_template_renders_to_a_valid_anyscale_job(job: str, tmp_path: Path
 
 
 def test_rendering_is_deterministic_and_named_by_the_spec_hash(tmp_path: Path) -> None:
-    first = render_job_yaml(spec(**{"data.rows": "10k"}), working_dir=tmp_path)
-    second = render_job_yaml(spec(**{"data.rows": "10k"}), working_dir=tmp_path)
-    other = render_job_yaml(spec(**{"data.rows": "20k"}), working_dir=tmp_path)
+    first = render(spec(**{"data.rows": "10k"}), tmp_path)
+    second = render(spec(**{"data.rows": "10k"}), tmp_path)
+    other = render(spec(**{"data.rows": "20k"}), tmp_path)
     assert first.text == second.text
     assert first.spec_path == second.spec_path != other.spec_path
-    digest = hashlib.sha256((tmp_path / first.spec_path).read_bytes()).hexdigest()
-    assert first.spec_path.name == f"text-industry-{digest[:10]}.json"
+    assert first.spec_path.parent.name.startswith("text-industry-")
 
 
 def test_secrets_never_reach_a_rendered_file(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_secret_do_not_write")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws_secret_do_not_write")
-    result = render_job_yaml(spec(), working_dir=tmp_path)
+    result = render(spec(), tmp_path)
     config = yaml.safe_load(result.text)
     assert set(config["env_vars"]) == {"PYTHONUNBUFFERED"}
     assert "do_not_write" not in result.text
@@ -141,7 +158,8 @@ def test_output_location_warnings() -> None:
 def test_local_submissions_resolve_a_relative_output(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    submission = prepare_submission(spec(), target="ray", local=True, working_dir=tmp_path)
+    submission = prepare_submission(load_job("text-industry"), spec(), target="ray", local=True,
+                                    working_dir=tmp_path)
     assert submission.spec.data.output == str(tmp_path / "out" / "text-industry")
     assert submission.warnings == []
     written = json.loads((tmp_path / submission.request.spec_path).read_text())
@@ -149,7 +167,8 @@ def test_local_submissions_resolve_a_relative_output(tmp_path: Path,
 
 
 def test_overwrite_reaches_the_entrypoint(tmp_path: Path) -> None:
-    request = prepare_submission(spec(), overwrite=True, working_dir=tmp_path).request
+    request = prepare_submission(load_job("text-industry"), spec(), overwrite=True,
+                                 working_dir=tmp_path).request
     assert request.entrypoint.endswith(" --overwrite")
 
 
@@ -168,38 +187,37 @@ def test_worker_instance_types_come_from_the_table(monkeypatch: pytest.MonkeyPat
 
 
 def test_unknown_accelerator_is_a_spec_error_with_a_way_out(tmp_path: Path) -> None:
-    specs_before = set((REPO_ROOT / ".toolkit" / "specs").glob("*.json"))
     result = CliRunner().invoke(main, [*EXAMPLE_ARGS, "--accelerator", "TPU-v9"])
     assert result.exit_code == 2
     assert result.stderr.startswith(
         "Error: No worker instance type is known for accelerator 'TPU-v9' (known: A100, ")
     assert "--set compute.worker_instance_type=<instance type>" in result.stderr
-    # Refused before anything was written.
-    assert set((REPO_ROOT / ".toolkit" / "specs").glob("*.json")) == specs_before
-    override = render_job_yaml(
+    assert not Path(".toolkit").exists()  # refused before anything was written
+    override = render(
         spec(**{"engine.accelerator_type": "TPU-v9", "compute.worker_instance_type": "ct9.big"}),
-        working_dir=tmp_path)
+        tmp_path)
     assert "instance_type: ct9.big" in override.text
 
 
 def test_min_workers_above_max_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"compute.min_workers \(5\) is more than"):
-        render_job_yaml(spec(**{"compute.min_workers": 5, "compute.max_workers": 2}),
-                        working_dir=tmp_path)
+        render(spec(**{"compute.min_workers": 5, "compute.max_workers": 2}), tmp_path)
 
 
 def test_image_and_requirements(tmp_path: Path) -> None:
     assert default_image_uri("2.60.0") == "anyscale/ray-llm:2.60.0-py311-cu128"
     ray_llm = default_image_uri("2.60.0")
     assert job_requirements(spec(), ray_llm) == []  # vLLM is in the image
-    assert job_requirements(spec(), "myorg/custom:1") == ["ray[llm]<2.61,>=2.60"]
+    assert job_requirements(spec(), "myorg/custom:1") == [
+        "jinja2>=3.1", "pydantic<3,>=2.7", "pyyaml>=6", "ray[llm]<2.61,>=2.60"]
+    # A Ray cluster's image is unknown: the toolkit's own packages, checked on arrival.
+    assert job_requirements(spec(), None) == ["jinja2>=3.1", "pydantic<3,>=2.7", "pyyaml>=6"]
     assert job_requirements(spec(**{"data.input": "hf://org/dataset"}), ray_llm) == [
         "datasets>=3"]
-    custom = render_job_yaml(spec(**{"compute.image_uri": "anyscale/image/mine:3"}),
-                             working_dir=tmp_path)
+    custom = render(spec(**{"compute.image_uri": "anyscale/image/mine:3"}), tmp_path)
     config = yaml.safe_load(custom.text)
     assert config["image_uri"] == "anyscale/image/mine:3"
-    assert config["requirements"] == ["ray[llm]<2.61,>=2.60"]
+    assert "ray[llm]<2.61,>=2.60" in config["requirements"]
 
 
 def test_upload_size_warning_names_what_to_exclude(tmp_path: Path) -> None:
@@ -227,7 +245,7 @@ def test_render_does_not_import_ray_torch_or_transformers(tmp_path: Path) -> Non
         print(json.dumps([name for name in heavy if name in sys.modules]))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO_ROOT, timeout=120, check=False)
+                          cwd=tmp_path / "project", timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
     assert (tmp_path / "job.yaml").read_text() == EXAMPLE.read_text()

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from jobs.text_industry import TextIndustryOptions
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.run.pipeline import finish_batch, output_schema, prepare_row
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")
-OPTIONS: TextIndustryOptions = load_job_spec(JOB).options
+OPTIONS = JOB.options_of(load_job_spec(JOB))
 INPUT = pa.schema([("Index", pa.string()), ("Company", pa.string())])
-SCHEMA = output_schema(INPUT, JOB.result_columns)
+RESULT_COLUMNS = JOB.result_columns(OPTIONS)
+SCHEMA = output_schema(INPUT, RESULT_COLUMNS)
 
 
 def finish(rows: list[dict]) -> list[dict]:
     table = pa.Table.from_pylist(rows)
-    return finish_batch(table, JOB.postprocess, OPTIONS, SCHEMA, list(JOB.result_columns)).to_pylist()
+    return finish_batch(table, JOB.postprocess, OPTIONS, SCHEMA, list(RESULT_COLUMNS)).to_pylist()
 
 
 def test_prepare_row_keeps_the_input_and_adds_the_prompt():
@@ -56,7 +56,7 @@ def test_an_all_null_batch_still_has_the_output_types():
     table = finish_batch(
         pa.Table.from_pylist([{"Index": "1", "Company": "", "generated_text": None,
                                "error": "preprocess: blank"}]),
-        JOB.postprocess, OPTIONS, SCHEMA, list(JOB.result_columns),
+        JOB.postprocess, OPTIONS, SCHEMA, list(RESULT_COLUMNS),
     )
     assert table.schema == SCHEMA
     assert table.schema.field("inferred_industry").type == pa.string()

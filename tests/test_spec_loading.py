@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from toolkit.errors import SpecError
-from toolkit.spec.job_definition import list_jobs, load_job
+from toolkit.spec.catalog import builtin_jobs, load_job
 from toolkit.spec.models import parse_row_count
 from toolkit.spec.loading import load_job_spec, spec_to_yaml
 
 JOB = load_job("text-industry")
 
 
-def test_template_holds_the_seed_defaults():
+def test_the_builtin_job_file_holds_the_seed_defaults():
     spec = load_job_spec(JOB)
     assert spec.engine.kind == "vllm"
     assert spec.engine.model == "unsloth/Llama-3.1-8B-Instruct"
@@ -24,7 +24,7 @@ def test_template_holds_the_seed_defaults():
     assert spec.data.partitions == 128
     assert spec.data.input.endswith("customers-2000000.csv")
     assert (spec.sampling.temperature, spec.sampling.max_tokens) == (0.0, 16)
-    assert spec.options.choices == [
+    assert spec.output.choice == [
         "Law Firm", "Healthcare", "Technology", "Retail", "Consulting",
         "Manufacturing", "Finance", "Real Estate", "Other",
     ]
@@ -136,13 +136,14 @@ def test_show_output_loads_back_as_the_same_spec(tmp_path: Path):
     assert load_job_spec(JOB, spec_file=spec_file) == spec
 
 
-def test_user_prompt_placeholders_are_checked():
-    with pytest.raises(SpecError, match="options.user_prompt: .*placeholders"):
-        load_job_spec(JOB, sets=["options.user_prompt=Industry of {name}?"])
+def test_a_prompt_template_error_names_the_field_and_line():
+    with pytest.raises(SpecError, match=r"prompt.user: .*template syntax error at line 1"):
+        load_job_spec(JOB, sets=["prompt.user=Industry of {{ Company }?"])
 
 
 def test_unknown_job_lists_the_real_ones():
     with pytest.raises(SpecError) as excinfo:
         load_job("text-industri")
     assert "Available jobs: " in str(excinfo.value)
-    assert "text-industry" in list_jobs()
+    assert "text-industry" in str(excinfo.value)
+    assert {"text-industry", "date-reformat", "vlm-caption"} <= {j.name for j in builtin_jobs()}

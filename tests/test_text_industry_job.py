@@ -1,21 +1,25 @@
-"""text-industry's row functions are plain Python: no Ray, no model."""
+"""text-industry is a YAML prompt job; its hooks are plain Python: no Ray, no model."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs.text_industry import postprocess, preprocess
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
-OPTIONS = load_job_spec(load_job("text-industry")).options
+JOB = load_job("text-industry")
+OPTIONS = JOB.options_of(load_job_spec(JOB))
+preprocess, postprocess = JOB.preprocess, JOB.postprocess
 
 
 def test_preprocess_asks_about_the_company_and_lists_the_choices():
     out = preprocess({"Index": 1, "Company": "Vega, Gibson and Rowland"}, OPTIONS)
     system, user = out["messages"]
     assert system["role"] == "system" and user["role"] == "user"
-    assert '"Vega, Gibson and Rowland"' in user["content"]
+    assert user["content"] == (
+        'Which industry does the company "Vega, Gibson and Rowland" most likely belong to? '
+        "Choose one of: Law Firm, Healthcare, Technology, Retail, Consulting, Manufacturing, "
+        "Finance, Real Estate, Other.")
     assert "Law Firm, Healthcare, Technology" in user["content"]
 
 
@@ -32,5 +36,5 @@ def test_postprocess_keeps_only_allowed_answers():
 
 
 def test_the_constraint_is_the_choice_list():
-    job = load_job("text-industry")
-    assert job.structured_output(OPTIONS) == {"choice": OPTIONS.choices}
+    assert JOB.structured_output(OPTIONS) == {"choice": OPTIONS.output.choice}
+    assert JOB.required_columns(OPTIONS) == ["Company"]

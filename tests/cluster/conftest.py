@@ -26,9 +26,6 @@ from toolkit.cluster.backends.local_head import (
     stop_head,
     write_state,
 )
-from toolkit.spec.job_definition import REPO_ROOT
-
-SPEC_DIR = REPO_ROOT / ".toolkit" / "specs"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,18 +50,3 @@ def ray_head() -> Iterator[LocalHead]:
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not leftovers, f"Ray processes of the test head survived: {leftovers}"
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _remove_spec_files_written_by_the_tests(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
-    """Submits write specs into the repo's .toolkit/specs; drop those naming our tmp dirs."""
-    before = set(SPEC_DIR.glob("*.json")) if SPEC_DIR.exists() else set()
-    yield
-    base = str(tmp_path_factory.getbasetemp())
-    for path in set(SPEC_DIR.glob("*.json")) - before if SPEC_DIR.exists() else ():
-        try:
-            if base in path.read_text(encoding="utf-8"):
-                path.unlink()
-        except OSError:
-            pass

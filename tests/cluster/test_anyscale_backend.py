@@ -40,7 +40,7 @@ from toolkit.cluster.backends.anyscale_backend import AnyscaleBackend, has_crede
 from toolkit.cluster.backends.base import JobNotFoundError, JobStatus
 from toolkit.cli.main import main
 from toolkit.errors import BackendUnavailableError
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.cluster.render import prepare_submission
 from toolkit.spec.loading import load_job_spec
 from toolkit.cluster.watching import Clock, follow
@@ -67,7 +67,7 @@ def seed_job(client: FakeAnyscaleClient, job_id: str, state: str,
         project=MiniProject(id=project_id, name="default",
                             local_vars_configuration=OPENAPI_NO_VALIDATION),
         config=ProductionJobConfig(
-            entrypoint="python -m jobs.text_industry --spec .toolkit/specs/x.json",
+            entrypoint="python -m toolkit.run.entrypoint --job .toolkit/specs/x/job.yaml --spec .toolkit/specs/x/spec.json",
             runtime_env=RayRuntimeEnvConfig(env_vars={"HF_TOKEN": "hf_seeded"},
                                             local_vars_configuration=OPENAPI_NO_VALIDATION),
             build_id=client.DEFAULT_CLUSTER_ENV_BUILD_ID,
@@ -88,7 +88,8 @@ def test_submit_sends_the_rendered_config_with_secrets_in_memory(
 ) -> None:
     spec = load_job_spec(load_job("text-industry"),
                          overrides={"data.rows": "1M", "data.output": "s3://bucket/industry"})
-    submission = prepare_submission(spec, target="anyscale", working_dir=tmp_path)
+    submission = prepare_submission(load_job("text-industry"), spec, target="anyscale",
+                                    working_dir=tmp_path)
     assert submission.warnings == []
     handle = backend.submit(submission.request, {"HF_TOKEN": "hf_live_secret"})
 
@@ -98,7 +99,7 @@ def test_submit_sends_the_rendered_config_with_secrets_in_memory(
     assert sent.name == "text-industry"
     assert sent.config.entrypoint == submission.request.entrypoint
     assert sent.config.entrypoint.startswith(
-        "python -m jobs.text_industry --spec .toolkit/specs/text-industry-")
+        "python -m toolkit.run.entrypoint --job .toolkit/specs/text-industry-")
     assert sent.config.max_retries == 2
     runtime_env = sent.config.runtime_env
     assert runtime_env["user_provided_working_dir"] == str(tmp_path)
@@ -131,7 +132,7 @@ def test_status_maps_anyscale_states(backend: AnyscaleBackend, fake_client: Fake
     info = backend.status("job-1")
     assert info.status == expected
     assert info.name == "text-industry"
-    assert info.entrypoint == "python -m jobs.text_industry --spec .toolkit/specs/x.json"
+    assert info.entrypoint == "python -m toolkit.run.entrypoint --job .toolkit/specs/x/job.yaml --spec .toolkit/specs/x/spec.json"
     assert info.url == "https://console.example/jobs/job-1"
     assert "hf_seeded" not in info.model_dump_json()
 

@@ -4,7 +4,7 @@ runs on GPU workers, so here we check what would be built, against a local model
 from __future__ import annotations
 
 from toolkit.engines.vllm_engine import build_vllm_processor
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.run.pipeline import engine_sampling_params
 from toolkit.spec.loading import load_job_spec
 
@@ -35,7 +35,7 @@ def test_rows_ask_vllm_for_one_of_the_choices():
         "temperature": 0.0,
         "max_tokens": 16,
         "top_p": 1.0,
-        "structured_outputs": {"choice": spec.options.choices},
+        "structured_outputs": {"choice": spec.output.choice},
     }
 
 

@@ -101,7 +101,7 @@ def test_debug_shows_the_traceback(local_ray, tmp_path, monkeypatch):
 
 def test_a_gpu_engine_on_a_machine_without_gpus_is_refused_up_front(local_ray):
     from toolkit.errors import SpecError
-    from toolkit.spec.job_definition import load_job
+    from toolkit.spec.catalog import load_job
     from toolkit.run.local_run import check_runs_locally
     from toolkit.spec.loading import load_job_spec
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import JobFailedError
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.run.local_run import run_job
 from toolkit.run.pipeline import run_pipeline
 from toolkit.spec.loading import load_job_spec

@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
+
+if TYPE_CHECKING:
+    from toolkit.cluster.backends.base import Backend
 
 DEFAULT_FOLLOW_TIMEOUT_S = 24 * 3600.0
 
@@ -49,10 +52,18 @@ def backend_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def _open(backend: str, address: str | None) -> Any:
+def _open(backend: str, address: str | None) -> "Backend":
     from toolkit.cluster.backends import open_backend
 
     return open_backend(backend, address, on_event=_note)
+
+
+def working_dir_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--working-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+        help="Your project folder, uploaded with the job (default: the current directory). "
+        "The job and the toolkit are staged in its .toolkit/ folder.",
+    )(command)
 
 
 def _target_flags(backend: str, address: str | None) -> str:
@@ -106,12 +117,15 @@ def _follow(target: Any, job_id: str, timeout: float, flags: str) -> None:
               metavar="FILE", help="Write the job.yaml here (default: print it).")
 @click.option("--overwrite", is_flag=True,
               help="Let the job replace results already in data.output.")
+@working_dir_option
 def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
-                   job_yaml: Path | None, overwrite: bool, **kwargs: Any) -> None:
+                   job_yaml: Path | None, overwrite: bool, working_dir: Path | None,
+                   **kwargs: Any) -> None:
     """Render JOB as an Anyscale job.yaml, validated with anyscale's own models.
 
-    The spec is saved beside it in .toolkit/specs/<job>-<hash>.json, which the
-    entrypoint reads; submit the file from the repository root.
+    The job (spec and code) and a copy of the toolkit are staged in the working
+    dir's .toolkit/ folder, which the job.yaml uploads; submit the file from
+    that folder.
 
     \b
     Example:
@@ -120,8 +134,8 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     """
     from toolkit.cluster.render import render_job_yaml
 
-    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
-    result = render_job_yaml(spec, overwrite=overwrite)
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    result = render_job_yaml(job_def, spec, overwrite=overwrite, working_dir=working_dir)
     for warning in result.warnings:
         _note(f"Warning: {warning}")
     if job_yaml is None:
@@ -130,7 +144,7 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     job_yaml.parent.mkdir(parents=True, exist_ok=True)
     job_yaml.write_text(result.text, encoding="utf-8")
     _note(f"Wrote {job_yaml} (spec: {result.spec_path.as_posix()}).")
-    _note(f"Submit it from the repository root: anyscale job submit -f {job_yaml}")
+    _note(f"Submit it from {working_dir or 'this folder'}: anyscale job submit -f {job_yaml}")
 
 
 # --- submit ------------------------------------------------------------------------
@@ -146,9 +160,10 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
                                            "(the job keeps running).")
 @click.option("--overwrite", is_flag=True,
               help="Let the job replace results already in data.output.")
+@working_dir_option
 def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                    backend: str, address: str | None, follow: bool, timeout: float,
-                   overwrite: bool, **kwargs: Any) -> None:
+                   overwrite: bool, working_dir: Path | None, **kwargs: Any) -> None:
     """Submit JOB to a Ray cluster or Anyscale; print its id and how to watch it.
 
     Secrets (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, WANDB_API_KEY, AWS_*) are passed
@@ -165,16 +180,15 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     from toolkit.cluster.render import prepare_submission
     from toolkit.run.summary_text import SMOKE_WARNING
 
-    _, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     target = _open(backend, address)
-    submission = prepare_submission(spec, target=backend, local=getattr(target, "local", False),
-                                    overwrite=overwrite)
+    submission = prepare_submission(job_def, spec, target=backend, local=target.local,
+                                    overwrite=overwrite, working_dir=working_dir)
     for warning in submission.warnings:
         _note(f"Warning: {warning}")
     spec = submission.spec
     secrets = secret_env()
-    where = getattr(target, "address", None) or "Anyscale"
-    _note(f"Submitting {job} to {where}: {spec.engine.kind} with {spec.engine.model}, "
+    _note(f"Submitting {job} to {target.where}: {spec.engine.kind} with {spec.engine.model}, "
           f"{spec.data.input} -> {spec.data.output}")
     if spec.uses_sample_model:
         _note(SMOKE_WARNING)

@@ -50,18 +50,50 @@ def main() -> None:
     See every setting of a job:
       toolkit show text-industry
 
-    Specs are layered: templates/<job>.yaml, then -f FILE, then --smoke, then
-    flags, then --set KEY=VALUE; the result is validated once.
+    Your own job, in this folder:
+      toolkit new review-sentiment && toolkit run review-sentiment --smoke
+
+    JOB is a built-in name (toolkit jobs), a job file (./my-job.yaml, my_job.py)
+    or the name of a job file here. Specs are layered: the toolkit's defaults,
+    the job file, -f FILE, --smoke, flags, then --set KEY=VALUE; the result is
+    validated once.
     """
 
 
 @main.command("jobs")
 def jobs_command() -> None:
-    """List the jobs you can run."""
-    from toolkit.spec.job_definition import list_jobs, load_job
+    """List the built-in jobs and the job files in this folder."""
+    from toolkit.spec.catalog import builtin_jobs, project_jobs
 
-    for name in list_jobs():
-        click.echo(f"{name:16} {load_job(name).description}")
+    found = project_jobs()
+    rows = [("built-in", job) for job in builtin_jobs()] + [("here", job) for job in found]
+    width = max(len(job.shown_as) for _, job in rows)
+    for where, job in rows:
+        click.echo(f"{job.shown_as:{width}}  {where:8}  {job.description}")
+    if not found:
+        click.echo("\nNo job files in this folder; 'toolkit new NAME' writes one.", err=True)
+
+
+@main.command("new")
+@click.argument("name")
+@click.option("--python", "as_python", is_flag=True,
+              help="Write a Python job (preprocess/postprocess in code) instead of a YAML one.")
+def new_command(name: str, as_python: bool) -> None:
+    """Write a new job NAME into this folder, with a small sample input, ready to run.
+
+    \b
+    Example:
+      toolkit new review-sentiment
+      toolkit run review-sentiment --smoke      # tiny model, offline
+      toolkit run review-sentiment --input reviews.csv --engine transformers \\
+          --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
+    """
+    from toolkit.spec.scaffold import write_new_job
+
+    written = write_new_job(Path.cwd(), name, python=as_python)
+    for path in written:
+        click.echo(f"Wrote {path.name}")
+    click.echo(f"Try it offline: toolkit run {name} --smoke")
 
 
 @main.command("show")
@@ -91,6 +123,7 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
           --engine transformers --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
     """
     from toolkit.run.local_run import run_job
+    from toolkit.run.ray_connection import RayConnection
     from toolkit.run.summary_text import SMOKE_WARNING, format_summary
 
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
@@ -99,12 +132,18 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
     if spec.uses_sample_model:
         click.echo(SMOKE_WARNING, err=True)
 
-    def show_dashboard(url: str | None) -> None:
-        if url:
+    def show_connection(connection: RayConnection) -> None:
+        url = connection.dashboard_url
+        if not connection.started_here:
+            click.echo(f"Joined the Ray cluster at {connection.address}"
+                       + (f" ({url})" if url else ""), err=True)
+        elif url:
             click.echo(f"Ray Dashboard: {url}", err=True)
+        for warning in connection.warnings:
+            click.echo(f"Warning: {warning}", err=True)
 
     summary = run_job(job_def, spec, overwrite=overwrite, address=address,
-                      on_connected=show_dashboard)
+                      on_connected=show_connection)
     click.echo(format_summary(summary))
 
 

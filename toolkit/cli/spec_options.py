@@ -29,7 +29,7 @@ SPEC_FLAGS: dict[str, str] = {
 def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options every spec-taking command shares (run, show, render, submit)."""
     options = [
-        click.argument("job"),
+        click.argument("job", metavar="JOB"),
         click.option("-f", "--file", "spec_file", type=click.Path(path_type=Path),
                      help="YAML spec file: a copy of a template, or just the keys to change."),
         click.option("--rows", help="Process the first N rows: 1000, 10k, 1M, 2_000_000 or 'all'."),
@@ -60,7 +60,7 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str, ...],
                          smoke: bool, **flags: Any) -> tuple["JobDefinition[Any]", "JobSpec"]:
     """The job and its validated spec from a command's spec flags (None = not given)."""
-    from toolkit.spec.job_definition import load_job
+    from toolkit.spec.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     job = load_job(job_name)

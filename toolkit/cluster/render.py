@@ -1,5 +1,17 @@
-"""Turn a validated spec into a job that runs elsewhere: the spec file, the entrypoint,
+"""Turn a validated spec into a job that runs elsewhere: the staged job, the entrypoint,
 the upload, and the Anyscale ``job.yaml``.
+
+What travels to the cluster:
+
+- the **working dir** is the user's project (the current directory unless
+  ``--working-dir`` says otherwise), so their data, job code and helper modules
+  are there, as they are when they run locally;
+- the **job**, staged inside it under ``.toolkit/specs/<job>-<hash>/``: the
+  validated ``spec.json`` and a ``job.yaml`` naming the job's code (a copy of its
+  Python file, or nothing for a prompt job);
+- the **toolkit**, as a ``py_modules`` entry: a copy of this package staged under
+  ``.toolkit/py_modules/<hash>/toolkit``, so neither an install on the cluster
+  nor the toolkit's own checkout or site-packages is needed.
 
 The same :class:`~toolkit.cluster.backends.base.SubmitRequest` feeds the rendered file, the Ray
 Jobs backend and the Anyscale backend, so the three can't drift apart. Rendering is
@@ -30,14 +42,15 @@ from toolkit.cluster.backends.base import (
     upload_size_warning,
 )
 from toolkit.cluster.compute_table import worker_instance_type
+from toolkit.cluster.staging import PY_MODULES_DIR, stage_job, stage_toolkit
 from toolkit.errors import SpecError
-from toolkit.spec.job_definition import REPO_ROOT, module_name_for
+from toolkit.run.output_location import (  # noqa: F401 - re-exported
+    SHARED_STORAGE_PREFIXES,
+    is_remote_path,
+    output_location_warning,
+)
+from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
-from toolkit.spec.loading import write_spec_json
-
-#: Where spec files go, relative to the working dir. Not excluded from uploads
-#: (and must not be listed in .gitignore: Ray's upload honours .gitignore).
-SPEC_DIR = Path(".toolkit") / "specs"
 
 #: Left out of every upload: VCS data, environments, caches, build and run outputs.
 DEFAULT_EXCLUDES: list[str] = [
@@ -54,6 +67,9 @@ DEFAULT_EXCLUDES: list[str] = [
     ".cache",
     "build",
     "dist",
+    # Uploaded on its own as py_modules; Ray matches excludes per upload, so this
+    # only keeps it out of the working dir's copy.
+    PY_MODULES_DIR.as_posix(),
 ]
 
 #: Non-secret env vars every job gets. Unbuffered stdout makes followed logs live.
@@ -68,12 +84,9 @@ RAY_LLM_IMAGE = "anyscale/ray-llm:{ray_version}-py311-cu128"
 #: The package extra each engine needs when the image does not already have it.
 ENGINE_EXTRAS: dict[str, str] = {"vllm": "vllm", "transformers": "local"}
 
-#: Storage every node of an Anyscale cluster shares.
-SHARED_STORAGE_PREFIXES: tuple[str, ...] = (
-    "/mnt/cluster_storage",
-    "/mnt/shared_storage",
-    "/mnt/user_storage",
-)
+#: What the toolkit itself needs on any cluster whose image isn't ray-llm (Ray and
+#: pyarrow come with the cluster); the entrypoint checks them first thing.
+RUNTIME_REQUIREMENTS: tuple[str, ...] = ("pydantic", "pyyaml", "jinja2")
 
 
 def installed_ray_version() -> str:
@@ -111,75 +124,29 @@ def _package_requirements(extra: str | None) -> list[str]:
     return picked
 
 
-def job_requirements(spec: JobSpec, image_uri: str) -> list[str]:
+def job_requirements(spec: JobSpec, image_uri: str | None) -> list[str]:
     """pip requirements the job needs on top of ``image_uri``, kept minimal.
 
-    The ray-llm images already ship vLLM, transformers, torch and xgrammar, so no
-    engine packages are added there; on another image the engine's extra of this
-    package is (``vllm`` -> ``ray[llm]``, ``transformers`` -> the ``local`` extra).
-    Reading ``hf://`` datasets needs ``datasets``, which the images lack.
+    The ray-llm images already ship vLLM, transformers, torch, xgrammar, pydantic,
+    pyyaml and jinja2, so only ``datasets`` (for ``hf://`` inputs) is added there.
+    On another Anyscale image, the toolkit's own runtime packages and the engine's
+    extra of this package (``vllm`` -> ``ray[llm]``, ``transformers`` -> the
+    ``local`` extra). ``image_uri=None`` is a Ray cluster whose image we don't
+    know: the runtime packages only, since engines come with GPU images and a pip
+    install of torch per job would take minutes (the entrypoint names what's missing).
     """
     wanted: list[str] = []
-    if not is_ray_llm_image(image_uri):
+    if image_uri is None or not is_ray_llm_image(image_uri):
+        base = _package_requirements(None)
+        wanted += [r for r in base if r.split(">")[0].split("<")[0].split("=")[0].strip()
+                   in RUNTIME_REQUIREMENTS] or list(RUNTIME_REQUIREMENTS)
+    if image_uri is not None and not is_ray_llm_image(image_uri):
         wanted += _package_requirements(ENGINE_EXTRAS[spec.engine.kind])
     if spec.data.input.startswith("hf://"):
         wanted += [r for r in _package_requirements(None) if r.startswith("datasets")] or [
             "datasets"
         ]
     return sorted(set(wanted))
-
-
-def spec_file_name(spec: JobSpec) -> str:
-    """``<job>-<first 10 hex of sha256(spec JSON)>.json``."""
-    digest = hashlib.sha256(spec_json(spec).encode("utf-8")).hexdigest()[:10]
-    return f"{spec.job}-{digest}.json"
-
-
-def spec_json(spec: JobSpec) -> str:
-    """The serialised spec, exactly as :func:`write_spec_json` writes it."""
-    return spec.model_dump_json(indent=2)
-
-
-def write_job_spec(spec: JobSpec, working_dir: Path) -> Path:
-    """Write the spec under ``working_dir/.toolkit/specs/``; return the relative path."""
-    relative = SPEC_DIR / spec_file_name(spec)
-    target = Path(working_dir) / relative
-    if not target.exists() or target.read_text(encoding="utf-8") != spec_json(spec):
-        write_spec_json(spec, target)
-    return relative
-
-
-def is_remote_path(output: str) -> bool:
-    return "://" in output
-
-
-def output_location_warning(output: str, target: str) -> str | None:
-    """Warn when results would land on one node's disk.
-
-    Args:
-        output: ``data.output``.
-        target: ``"anyscale"`` (rendered file or Anyscale backend) or ``"ray"``
-            (a Ray cluster that is not on this machine).
-    """
-    if is_remote_path(output):
-        return None
-    if target == "anyscale" and output.startswith(SHARED_STORAGE_PREFIXES):
-        return None
-    kind = "a relative path" if not os.path.isabs(output) else "a local path"
-    if target == "anyscale":
-        where = (
-            "on Anyscale it would be written to the head node's disk, which worker "
-            "nodes can't see and which is lost when the cluster shuts down"
-        )
-        suggestion = "--output /mnt/cluster_storage/<dir> (shared by every node) or s3://<bucket>/<dir>"
-    else:
-        where = (
-            "on a remote Ray cluster it is written on the cluster's nodes"
-            + (" inside the job's temporary working dir" if kind == "a relative path" else "")
-            + ", not on this machine"
-        )
-        suggestion = "--output s3://<bucket>/<dir> or a path on storage every node shares"
-    return f"data.output {output!r} is {kind}: {where}. Use {suggestion}."
 
 
 def anyscale_compute_config(spec: JobSpec) -> dict[str, Any]:
@@ -215,32 +182,41 @@ class Submission:
 
 
 def prepare_submission(
+    job: JobDefinition[Any],
     spec: JobSpec,
     *,
     target: str = "anyscale",
     local: bool = False,
     overwrite: bool = False,
-    working_dir: Path = REPO_ROOT,
+    working_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Submission:
-    """Write the spec file and build the request every backend and the job.yaml use.
+    """Stage the job in the working dir and build the request every backend and job.yaml use.
 
     Args:
+        job: The job (its code is staged with the spec).
         spec: The validated spec.
-        target: ``"anyscale"`` or ``"ray"``; only changes the warnings.
+        target: ``"anyscale"`` or ``"ray"``: the warnings, and which requirements
+            (an Anyscale image is known; a Ray cluster's is not).
         local: The job runs on a Ray head on this machine: a relative
             ``data.output`` is made absolute here (so results land where
-            ``toolkit run`` would put them) and local cache paths are forwarded.
+            ``toolkit run`` would put them), local cache paths are forwarded and
+            no pip requirements are installed (the head shares this Python).
         overwrite: Let the job replace earlier results in ``data.output``.
-        working_dir: The directory uploaded with the job; it must hold ``jobs/``
-            and ``toolkit/``. Defaults to this repository.
+        working_dir: The directory uploaded with the job: the user's project
+            (default: the current directory). Only ``.toolkit/`` inside it is
+            written to.
         environ: Where local env vars are read from (default ``os.environ``).
 
     Raises:
-        SpecError: the compute section can't be turned into instance types.
+        SpecError: the compute section can't be turned into instance types, or
+            the working dir isn't a directory.
     """
     environ = os.environ if environ is None else environ
-    working_dir = Path(working_dir).resolve()
+    working_dir = Path.cwd() if working_dir is None else Path(working_dir).expanduser()
+    if not working_dir.is_dir():
+        raise SpecError(f"--working-dir: {working_dir} is not a directory.")
+    working_dir = working_dir.resolve()
     warnings: list[str] = []
     if local and not is_remote_path(spec.data.output) and not os.path.isabs(spec.data.output):
         spec = spec.model_copy(deep=True)
@@ -251,23 +227,30 @@ def prepare_submission(
             warnings.append(warning)
     compute_config = anyscale_compute_config(spec)  # may refuse: before writing anything
     image_uri = spec.compute.image_uri or default_image_uri()
-    spec_path = write_job_spec(spec, working_dir)
+    staged = stage_job(job, spec, working_dir)
+    toolkit_copy = stage_toolkit(working_dir)
     env_vars = dict(DEFAULT_ENV_VARS)
     if local:
         env_vars.update({k: environ[k] for k in LOCAL_ENV_VARS if environ.get(k)})
     check_no_secrets(env_vars, "the job's env_vars")
     entrypoint = shlex.join(
-        ["python", "-m", module_name_for(spec.job), "--spec", spec_path.as_posix()]
+        ["python", "-m", "toolkit.run.entrypoint", "--job", staged.job_file.as_posix(),
+         "--spec", staged.spec_file.as_posix()]
         + (["--overwrite"] if overwrite else [])
     )
+    if local:
+        requirements: list[str] = []
+    else:
+        requirements = job_requirements(spec, image_uri if target == "anyscale" else None)
     request = SubmitRequest(
         job=spec.job,
         name=spec.job,
         entrypoint=entrypoint,
         working_dir=working_dir,
-        spec_path=spec_path,
+        spec_path=staged.spec_file,
+        py_modules=[toolkit_copy],
         excludes=list(DEFAULT_EXCLUDES),
-        requirements=job_requirements(spec, image_uri),
+        requirements=requirements,
         env_vars=env_vars,
         image_uri=image_uri,
         compute_config=compute_config,
@@ -290,8 +273,8 @@ def anyscale_job_config(
     """The Anyscale ``JobConfig`` mapping, in job.yaml key order.
 
     Args:
-        working_dir: ``"."`` for a file submitted from the repository root; the
-            Anyscale backend passes the absolute path.
+        working_dir: ``"."`` for a file submitted from the project it was rendered
+            in; the Anyscale backend passes the absolute path.
         extra_env: Added to ``env_vars`` (the backend's secrets; never rendered).
     """
     config: dict[str, Any] = {
@@ -304,6 +287,11 @@ def anyscale_job_config(
         config["cloud"] = request.cloud
     config["working_dir"] = working_dir
     config["excludes"] = list(request.excludes)
+    # Relative to working_dir in a rendered file (submitted from there); absolute otherwise.
+    config["py_modules"] = [
+        path.as_posix() if working_dir == "." else str(request.working_dir / path)
+        for path in request.py_modules
+    ]
     if request.requirements:
         config["requirements"] = list(request.requirements)
     env_vars = {**request.env_vars, **(extra_env or {})}
@@ -361,10 +349,11 @@ def job_yaml_text(request: SubmitRequest) -> str:
     validate_job_config(config)
     header = [
         f"# Anyscale job for {request.job}, rendered by `toolkit render` from the spec in",
-        f"# {request.spec_path.as_posix()} (keep the two together).",
-        "# To change it, change the spec (template, -f FILE, flags, --set) and render again.",
+        f"# {request.spec_path.as_posix()} (keep .toolkit/ with this file).",
+        "# To change it, change the spec (job file, -f FILE, flags, --set) and render again.",
         "#",
-        '# Submit from the repository root (working_dir "." must hold jobs/ and toolkit/):',
+        "# Submit from the folder it was rendered in (working_dir \".\" is your project; the",
+        "# toolkit travels as py_modules from .toolkit/py_modules):",
         "#   anyscale job submit -f <this file> --env HF_TOKEN=$HF_TOKEN",
         f"# or let the toolkit do it: toolkit submit {request.job} <same flags> --backend anyscale",
         "# Secrets (HF_TOKEN, AWS_*, WANDB_API_KEY) are never written here; pass them at",
@@ -373,7 +362,7 @@ def job_yaml_text(request: SubmitRequest) -> str:
     if not request.requirements:
         header.append(
             f"# requirements: none beyond the image ({request.image_uri.split(':')[0]} ships "
-            "vLLM, transformers and torch)."
+            "vLLM, transformers, torch, pydantic, pyyaml and jinja2)."
         )
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=100)
     return "\n".join(header) + "\n" + body
@@ -387,18 +376,23 @@ class RenderResult:
 
 
 def render_job_yaml(
-    spec: JobSpec, *, overwrite: bool = False, working_dir: Path = REPO_ROOT
+    job: JobDefinition[Any],
+    spec: JobSpec,
+    *,
+    overwrite: bool = False,
+    working_dir: Path | None = None,
 ) -> RenderResult:
     """Render ``spec`` to an Anyscale job.yaml (validated with anyscale's models).
 
-    Writes the spec file into ``working_dir/.toolkit/specs/``; the caller writes
-    the returned text wherever it likes.
+    Stages the job and the toolkit under ``working_dir/.toolkit/`` (default: the
+    current directory, the user's project); the caller writes the returned text
+    wherever it likes, normally into that same folder.
 
     Raises:
         SpecError: the spec can't be rendered or anyscale rejects the result.
     """
     submission = prepare_submission(
-        spec, target="anyscale", overwrite=overwrite, working_dir=working_dir
+        job, spec, target="anyscale", overwrite=overwrite, working_dir=working_dir
     )
     return RenderResult(
         text=job_yaml_text(submission.request),

@@ -1,29 +1,77 @@
-"""What ``python -m jobs.<job> --spec FILE`` runs on a cluster (or locally)."""
+"""What a submitted job runs on the cluster: ``python -m toolkit.run.entrypoint``.
+
+``--job`` names the job (a job file staged next to the spec, or a built-in) and
+``--spec`` the serialised spec; both travel in the uploaded working dir, and the
+toolkit itself reaches the cluster as a ``py_modules`` entry. The first thing it
+does is check that the packages the run needs are importable, so a cluster image
+without them fails in seconds with a message that says what to install.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
-from typing import Any
 
-from toolkit.errors import ToolkitError, debug_enabled
-from toolkit.spec.job_definition import JobDefinition
+from toolkit.errors import SpecError, ToolkitError, debug_enabled
+
+#: Packages every run needs on the cluster, by import name -> pip name.
+RUNTIME_PACKAGES: dict[str, str] = {
+    "ray": "ray[data]",
+    "pydantic": "pydantic",
+    "yaml": "pyyaml",
+    "jinja2": "jinja2",
+    "click": "click",
+    "pyarrow": "pyarrow",
+}
+#: What each engine adds. vLLM is not checked: it must be on the GPU workers,
+#: which a custom cluster may give a different image than its head node.
+ENGINE_PACKAGES: dict[str, dict[str, str]] = {
+    "transformers": {"torch": "torch", "transformers": "transformers", "xgrammar": "xgrammar"},
+}
 
 
-def run_job_main(job: JobDefinition[Any], argv: list[str] | None = None) -> None:
-    """Load the serialised spec, join Ray, run the pipeline, print the summary."""
-    from toolkit.run.pipeline import run_pipeline
-    from toolkit.run.ray_connection import connect_ray
-    from toolkit.run.summary_text import format_summary
-    from toolkit.spec.loading import read_spec_file
+def missing_packages(engine_kind: str | None = None) -> list[str]:
+    """pip names of the packages this Python lacks for a run (on ``engine_kind``)."""
+    wanted = dict(RUNTIME_PACKAGES)
+    wanted.update(ENGINE_PACKAGES.get(engine_kind or "", {}))
+    return [pip for module, pip in wanted.items() if importlib.util.find_spec(module) is None]
 
-    parser = argparse.ArgumentParser(prog=f"python -m {job.module_name}", description=job.description)
+
+def check_packages(engine_kind: str | None = None) -> None:
+    """Raises SpecError naming every missing package and how to get it onto the cluster."""
+    missing = missing_packages(engine_kind)
+    if missing:
+        raise SpecError(
+            f"This Python ({sys.executable}) lacks {', '.join(missing)}, which the run needs.",
+            hint="Use an image that has them (anyscale/ray-llm ships all of them), or add "
+            "them to the job's requirements (toolkit submit adds them for images it "
+            "doesn't know).",
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Load the job and its spec, join Ray, run the pipeline, print the summary."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit.run.entrypoint",
+                                     description="Run one batch-llm-toolkit job from its spec.")
+    parser.add_argument("--job", required=True,
+                        help="job file (YAML or Python) or built-in job name")
     parser.add_argument("--spec", required=True, type=Path, help="spec file (JSON or YAML)")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
     args = parser.parse_args(argv)
     try:
+        check_packages()
+        from toolkit.run.pipeline import run_pipeline
+        from toolkit.run.ray_connection import connect_ray
+        from toolkit.run.summary_text import format_summary
+        from toolkit.spec.catalog import load_job
+        from toolkit.spec.loading import read_spec_file
+
+        job = load_job(args.job)
         spec = read_spec_file(job, args.spec)
+        # Workers load the model, but they run the driver's image in every setup we render.
+        check_packages(spec.engine.kind)
         connection = connect_ray()
         if connection.dashboard_url:
             print(f"Ray Dashboard: {connection.dashboard_url}", flush=True)
@@ -34,3 +82,7 @@ def run_job_main(job: JobDefinition[Any], argv: list[str] | None = None) -> None
         print(f"Error: {exc.format_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     print(format_summary(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.run.summary import RunSummary
 from toolkit.spec.models import JobSpec
+
+if TYPE_CHECKING:
+    from toolkit.run.ray_connection import RayConnection
 
 
 def run_job(
@@ -17,24 +21,42 @@ def run_job(
     spec: JobSpec,
     overwrite: bool = False,
     address: str | None = None,
-    on_connected: Callable[[str | None], None] | None = None,
+    on_connected: Callable[[RayConnection], None] | None = None,
 ) -> RunSummary:
     """Connect to Ray (embedded unless ``address``/RAY_ADDRESS) and run the pipeline.
 
     Args:
-        on_connected: called with the Ray Dashboard URL once Ray is up, so a
-            caller can show it while the run is in progress.
+        address: A cluster to join (``auto``, ``host:port``); default RAY_ADDRESS,
+            else Ray is started here.
+        on_connected: called once Ray is up with the connection: which cluster was
+            joined, its Ray Dashboard URL, and warnings about ``data.output`` as
+            the cluster's nodes see it, so a caller can show them during the run.
 
     Raises:
-        ToolkitError: bad spec/input (exit 2) or the run failed (exit 4), with the
+        ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
+            can't be joined (exit 3) or the run failed (exit 4), with the
             underlying cause in one paragraph.
     """
+    from toolkit.run.input_data import HF_PREFIX
     from toolkit.run.pipeline import run_pipeline
-    from toolkit.run.ray_connection import connect_ray
+    from toolkit.run.ray_connection import connect_ray, ray_target
+    from toolkit.run.run_directory import RunDirectory
 
-    connection = connect_ray(address)
+    target = ray_target(address, os.environ)
+    if target is not None and target.startswith("ray://"):
+        raise SpecError(
+            f"Ray address {target}: a run's Ray Data pipeline can't go through Ray Client "
+            "(ray://); Ray Data needs a driver attached to the cluster itself.",
+            hint="Run toolkit on a node of the cluster with --address HEAD:6379 (the GCS "
+            "port), or let the cluster run it: toolkit submit JOB --address http://HEAD:8265.",
+        )
+    # Refuse an unusable output directory before Ray starts (run_pipeline checks again,
+    # which the cluster entrypoint relies on; the check is idempotent).
+    RunDirectory(spec.data.output).prepare(
+        spec, overwrite=overwrite, resumable=not spec.data.input.startswith(HF_PREFIX))
+    connection = connect_ray(address, output=spec.data.output)
     if on_connected is not None:
-        on_connected(connection.dashboard_url)
+        on_connected(connection)
     if connection.started_here:
         check_runs_locally(spec)
     try:
@@ -68,7 +90,7 @@ def check_runs_locally(spec: JobSpec) -> None:
         raise SpecError(
             "engine.kind: vllm, but vLLM is not installed here.",
             hint="Run it on a GPU cluster (toolkit submit), install the extra on a GPU "
-            "machine (pip install -e '.[vllm]'), or use --engine transformers "
+            "machine (pip install 'batch-llm-toolkit[vllm]'), or use --engine transformers "
             "--accelerator none on this machine (--smoke does that for you).",
         )
     gpus = ray.cluster_resources().get("GPU", 0)

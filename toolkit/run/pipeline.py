@@ -16,16 +16,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import apply_engine
-from toolkit.run.input_data import HF_PREFIX, check_required_columns
-from toolkit.spec.job_definition import JobDefinition
 from toolkit.engines.model_source import check_model_source
-from toolkit.run.run_directory import (
-    OutputState,
-    checkpointed_row_count,
-    finish_output,
-    prepare_output,
-    write_output,
-)
+from toolkit.run.input_data import HF_PREFIX, check_required_columns
+from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
@@ -37,6 +30,8 @@ from toolkit.spec.row_contract import (
     row_error,
 )
 from toolkit.run.summary import RunSummary, read_summary, summarize_output
+from toolkit.spec.catalog import USER_MODULE_PREFIX
+from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, SamplingConfig
 
 if TYPE_CHECKING:
@@ -152,7 +147,9 @@ def finish_batch(
     return pa.Table.from_pylist(finished, schema=schema)
 
 
-def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", RunSource]:
+def build_dataset(
+    job: JobDefinition[Any], spec: JobSpec, run_dir: RunDirectory
+) -> tuple["Dataset", RunSource]:
     """The lazy pipeline for ``spec``: checked against the input, not yet executed.
 
     Raises:
@@ -160,36 +157,56 @@ def build_dataset(job: JobDefinition[Any], spec: JobSpec) -> tuple["Dataset", Ru
             happens before any model loads).
     """
     check_model_source(spec.engine.model)
+    options = job.options_of(spec)
+    result_columns = job.result_columns(options)
     seen: dict[str, "pa.Schema"] = {}
 
     def check(schema: "pa.Schema") -> None:
-        check_required_columns(schema, job.required_columns(spec.options), spec.data.input)
+        required = [*job.required_columns(options), spec.data.id_column]
+        check_required_columns(schema, list(dict.fromkeys(required)), spec.data.input)
         seen["schema"] = schema
 
-    source = open_run_source(spec, check_schema=check)
-    sampling_params = engine_sampling_params(spec.sampling, job.structured_output(spec.options))
+    source = open_run_source(spec, run_dir, check_schema=check)
+    sampling_params = engine_sampling_params(spec.sampling, job.structured_output(options))
     ds = source.dataset.map(
         prepare_row,
         fn_kwargs={
             "preprocess": job.preprocess,
-            "options": spec.options,
+            "options": options,
             "sampling_params": sampling_params,
         },
     )
     ds = apply_engine(ds, spec.engine, multimodal=job.multimodal)
-    dropped = job.drop_columns(spec.options) if job.drop_columns else []
+    dropped = job.drop_columns(options) if job.drop_columns else []
     ds = ds.map_batches(
         finish_batch,
         fn_kwargs={
             "postprocess": job.postprocess,
-            "options": spec.options,
-            "schema": output_schema(seen["schema"], job.result_columns, dropped),
-            "result_columns": list(job.result_columns),
-            "strict_id_column": job.id_column(spec.options) if spec.strict else None,
+            "options": options,
+            "schema": output_schema(seen["schema"], result_columns, dropped),
+            "result_columns": list(result_columns),
+            "strict_id_column": spec.data.id_column if spec.strict else None,
         },
         batch_format="pyarrow",
     )
     return ds, source
+
+
+def ship_job_code_by_value(job: JobDefinition[Any]) -> None:
+    """Send a job's own code to Ray workers inside the pickled hooks.
+
+    Jobs loaded from a file (a user's, or a built-in's ``python:`` file) live in
+    modules no worker can import, so their functions are pickled by value, as
+    Ray's cloudpickle allows for exactly this case.
+    """
+    import sys
+
+    from ray import cloudpickle
+
+    for hook in (job.preprocess, job.postprocess):
+        module = sys.modules.get(getattr(hook, "__module__", "") or "")
+        if module is not None and module.__name__.startswith(USER_MODULE_PREFIX):
+            cloudpickle.register_pickle_by_value(module)
 
 
 def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False) -> RunSummary:
@@ -201,16 +218,18 @@ def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False
     Args:
         job: The job definition (its preprocess/postprocess and columns).
         spec: The validated spec.
-        overwrite: Replace results already in ``spec.data.output``.
+        overwrite: Replace results the toolkit wrote earlier in ``spec.data.output``.
 
     Raises:
         InputDataError: bad input, found before any model loads.
-        SpecError: the output location is unusable or holds another spec's results.
+        SpecError: the output location is unusable, holds files the toolkit didn't
+            write, or holds another spec's results.
     """
     started = time.monotonic()
+    run_dir = RunDirectory(spec.data.output)
     resumable = not spec.data.input.startswith(HF_PREFIX)
-    state = prepare_output(spec, overwrite=overwrite, resumable=resumable)
-    if state is OutputState.COMPLETE:
+    state = run_dir.prepare(spec, overwrite=overwrite, resumable=resumable)
+    if state is RunState.COMPLETE:
         done = read_summary(spec.data.output)
         if done is not None:
             return done.model_copy(update={
@@ -218,20 +237,29 @@ def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False
                 "notes": ["Already complete: the same spec finished here earlier, so "
                           "nothing was run. Use --overwrite to run it again."],
             })
-    rows_before = checkpointed_row_count(spec.data.output) if state is OutputState.PARTIAL else 0
+    rows_before = run_dir.checkpointed_rows() if state is RunState.PARTIAL else 0
+    ship_job_code_by_value(job)
     # Datasets copy Ray Data's context when they are created, so checkpointing is
     # switched on before the pipeline is built, not just before it runs.
-    config = checkpoint_config(spec, job.id_column(spec.options)) if resumable else None
+    config = checkpoint_config(run_dir, spec.data.id_column) if resumable else None
     with checkpointing(config):
-        ds, source = build_dataset(job, spec)
-        rows_this_run = write_output(ds, spec.data, counted_stage=prepare_row.__name__)
+        ds, source = build_dataset(job, spec, run_dir)
+        write_id = run_dir.begin_write()
+        write_results(ds, run_dir, spec.data.output_format, write_id)
+    # Rows this run wrote, counted from the files' own metadata.
+    rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
     notes = [source.note] if source.note else []
-    if state is OutputState.PARTIAL:
+    if state is RunState.PARTIAL:
         notes.append(f"Resumed: {rows_before:,} rows were already written by an earlier run.")
     summary = summarize_output(
-        job, spec, seconds=time.monotonic() - started,
-        rows_in=rows_before + rows_this_run if rows_this_run is not None else None,
-        rows_this_run=rows_this_run, notes=notes,
+        job, spec, run_dir, seconds=time.monotonic() - started,
+        rows_in=rows_before + rows_this_run, rows_this_run=rows_this_run, notes=notes,
     )
-    finish_output(spec.data)
+    run_dir.finish()
     return summary
+
+
+def write_results(ds: "Dataset", run_dir: RunDirectory, file_format: str, write_id: str) -> None:
+    """Execute the pipeline, streaming results into the run directory as they come."""
+    writer = {"parquet": ds.write_parquet, "csv": ds.write_csv, "json": ds.write_json}[file_format]
+    writer(run_dir.ray_location, filename_provider=run_dir.filenames(write_id, file_format))

@@ -1,14 +1,21 @@
-"""Where results go: the output directory's layout and state, and the streaming write.
+"""One owner for an output directory: what the toolkit wrote there, and the rules for it.
 
-An output directory holds result files plus our bookkeeping, all under names that
-start with ``_`` so Parquet/Arrow readers skip them:
+A run directory (``data.output``: a local path or a URI such as ``s3://``) holds
+result files plus the toolkit's bookkeeping, under names starting with ``_`` so
+Parquet/Arrow readers skip them:
 
-- ``_spec.json``: the spec that produced the results (a rerun must match it);
-- ``_checkpoint/``: Ray Data's checkpoint of written row ids, while a run is
-  unfinished; it is what a rerun resumes from;
+- ``_manifest.json``: the spec and its fingerprint, and the write ids of every
+  write that went there; result files are named ``part-<write id>_...``, so the
+  toolkit knows exactly which files are its own, even after a crash mid-write;
+- ``_checkpoint/``: Ray Data's checkpoint of written row ids while a run is
+  unfinished (what a rerun resumes from);
 - ``_input/``: the exact input rows of a ``--rows``-limited run, staged once so a
-  resumed run reads the same rows (see ``resumable_input``);
+  resumed run reads the same rows;
 - ``_summary.json``: written when a run completes.
+
+Everything else in the directory is someone else's. The toolkit never deletes it:
+a directory holding such files is refused, with or without ``--overwrite``, and
+``--overwrite`` deletes only what the manifest says the toolkit wrote.
 """
 
 from __future__ import annotations
@@ -16,216 +23,380 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import posixpath
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import SpecError
-from toolkit.spec.models import DataConfig, JobSpec
+from toolkit.spec.models import JobSpec
 
 if TYPE_CHECKING:
     import pyarrow.fs
-    from ray.data import Dataset
 
+MANIFEST_FILE = "_manifest.json"
 SUMMARY_FILE = "_summary.json"
-SPEC_FILE = "_spec.json"
 CHECKPOINT_DIR = "_checkpoint"
 STAGED_INPUT_DIR = "_input"
+RESULT_FILE_PREFIX = "part-"
+_OWN_NAMES = (MANIFEST_FILE, SUMMARY_FILE, CHECKPOINT_DIR, STAGED_INPUT_DIR)
+
+#: Spec fields that can't change any row's result, so a rerun that changes them
+#: still resumes (e.g. smaller batches after an out-of-memory crash). Every other
+#: field, including engine_kwargs this list doesn't name, is in the fingerprint.
+RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
+    "data.output",
+    "data.partitions",
+    "engine.batch_size",
+    "engine.concurrency",
+    "engine.num_cpus",
+    "compute",
+    "strict",
+)
+#: vLLM engine arguments that only change speed or memory, never a token.
+RESULT_NEUTRAL_ENGINE_KWARGS: tuple[str, ...] = (
+    "gpu_memory_utilization",
+    "enable_chunked_prefill",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "enable_prefix_caching",
+    "swap_space",
+    "disable_log_stats",
+)
 
 
-class OutputState(enum.Enum):
-    EMPTY = "empty"  # nothing from an earlier run
-    PARTIAL = "partial"  # an unfinished run: resume it
-    COMPLETE = "complete"  # a finished run of the same spec: nothing to do
+class RunState(enum.Enum):
+    EMPTY = "empty"  # nothing from an earlier run: start
+    PARTIAL = "partial"  # an unfinished run of the same spec: resume it
+    COMPLETE = "complete"  # the same spec finished here: nothing to do
 
 
-def output_filesystem(output: str) -> tuple["pyarrow.fs.FileSystem", str]:
-    """The Arrow filesystem and path for a local directory or a cloud URI."""
+def results_fingerprint(spec: JobSpec) -> str:
+    """A hash of every setting that can change a row's result.
+
+    The whole spec counts (job options, prompts, input and rows, model, engine
+    kind and engine kwargs, sampling, structured output) except
+    :data:`RESULT_NEUTRAL_FIELDS` and :data:`RESULT_NEUTRAL_ENGINE_KWARGS`.
+    """
+    decisive = spec.model_dump(mode="json")
+    for dotted in RESULT_NEUTRAL_FIELDS:
+        *parents, last = dotted.split(".")
+        node = decisive
+        for part in parents:
+            node = node.get(part, {})
+        node.pop(last, None)
+    kwargs = decisive.get("engine", {}).get("engine_kwargs", {})
+    for name in RESULT_NEUTRAL_ENGINE_KWARGS:
+        kwargs.pop(name, None)
+    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Manifest:
+    """What the toolkit wrote into a run directory."""
+
+    fingerprint: str
+    spec: dict[str, Any]
+    write_ids: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def owns(self, name: str) -> bool:
+        """Whether ``name`` (relative to the directory) was written by the toolkit."""
+        top = name.split("/", 1)[0]
+        if top in _OWN_NAMES:
+            return True
+        return any(top.startswith(f"{RESULT_FILE_PREFIX}{write_id}_") for write_id in self.write_ids)
+
+
+class RunDirectory:
+    """An output directory and everything the toolkit keeps in it.
+
+    Example:
+        >>> run_dir = RunDirectory("out/industry")  # doctest: +SKIP
+        >>> state = run_dir.prepare(spec, overwrite=False, resumable=True)
+        >>> write_id = run_dir.begin_write()
+        >>> ds.write_parquet(run_dir.location, filename_provider=run_dir.filenames(write_id))
+        >>> run_dir.end_write(write_id)
+    """
+
+    def __init__(self, location: str, filesystem: "pyarrow.fs.FileSystem | None" = None):
+        """
+        Args:
+            location: ``data.output``: a local path or a URI (``s3://bucket/dir``).
+            filesystem: Use this filesystem with ``location`` as its path instead
+                of resolving the URI (tests use an in-memory one).
+        """
+        self.location = location
+        if filesystem is not None:
+            self.fs, self.root = filesystem, location.rstrip("/")
+        else:
+            self.fs, self.root = _resolve(location)
+
+    # -- paths -------------------------------------------------------------------------
+
+    def path(self, name: str) -> str:
+        """``name`` inside the directory, as a path or URI Ray and Arrow accept."""
+        if "://" in self.location:
+            return self.location.rstrip("/") + "/" + name
+        return f"{self.root}/{name}"
+
+    @property
+    def ray_location(self) -> str:
+        """The directory as Ray's writers and readers take it."""
+        return self.location if "://" in self.location else self.root
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self.path(CHECKPOINT_DIR)
+
+    @property
+    def staged_input_path(self) -> str:
+        return self.path(STAGED_INPUT_DIR)
+
+    def _fs_path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    # -- what is there -----------------------------------------------------------------
+
+    def exists(self, name: str) -> bool:
+        import pyarrow.fs
+
+        return self.fs.get_file_info(self._fs_path(name)).type != pyarrow.fs.FileType.NotFound
+
+    def entries(self) -> list[str]:
+        """Names of the files directly in the directory and its subdirectories (relative)."""
+        import pyarrow.fs
+
+        info = self.fs.get_file_info(self.root)
+        if info.type == pyarrow.fs.FileType.NotFound:
+            return []
+        if info.type != pyarrow.fs.FileType.Directory:
+            raise SpecError(
+                f"data.output: {self.location} exists and is a file, not a directory.",
+                hint="Choose a directory with --output.",
+            )
+        selector = pyarrow.fs.FileSelector(self.root, recursive=True)
+        names = []
+        for item in self.fs.get_file_info(selector):
+            if item.type == pyarrow.fs.FileType.File:
+                names.append(posixpath.relpath(item.path, self.root))
+        return sorted(names)
+
+    def read_manifest(self) -> Manifest | None:
+        content = self._read_json(MANIFEST_FILE)
+        if content is None:
+            return None
+        try:
+            return Manifest(**content)
+        except TypeError:
+            return None
+
+    def foreign_files(self, manifest: Manifest | None) -> list[str]:
+        """Files the toolkit did not write (by the manifest), relative to the directory."""
+        owner = manifest or Manifest(fingerprint="", spec={})
+        return [name for name in self.entries() if not owner.owns(name)]
+
+    def result_files(self, manifest: Manifest | None = None) -> list[str]:
+        """Full paths of the toolkit's result files, as listed now."""
+        manifest = manifest or self.read_manifest()
+        if manifest is None:
+            return []
+        return [
+            self._fs_path(name) for name in self.entries()
+            if manifest.owns(name) and name.split("/", 1)[0] not in _OWN_NAMES
+        ]
+
+    # -- the rules ---------------------------------------------------------------------
+
+    def prepare(self, spec: JobSpec, *, overwrite: bool, resumable: bool) -> RunState:
+        """Check the directory before any model loads and say what this run must do.
+
+        Returns:
+            EMPTY for a fresh run (the manifest is written), PARTIAL to resume an
+            unfinished run of the same spec, COMPLETE when it already finished here.
+
+        Raises:
+            SpecError: the directory holds files the toolkit didn't write, or
+                results of a different spec, or an unfinished run that can't be
+                resumed, or it isn't writable.
+        """
+        fingerprint = results_fingerprint(spec)
+        manifest = self.read_manifest()
+        foreign = self.foreign_files(manifest)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise SpecError(
+                f"data.output: {self.location} holds {len(foreign)} file(s) this toolkit did "
+                f"not write ({shown}); it never deletes or mixes results with files it "
+                "doesn't own, even with --overwrite.",
+                hint="Choose an empty or new directory with --output.",
+            )
+        state = RunState.EMPTY
+        if manifest is not None and not overwrite:
+            if manifest.fingerprint != fingerprint:
+                changed = _changed_fields(manifest.spec, spec.model_dump(mode="json"))
+                raise SpecError(
+                    f"data.output: {self.location} holds results of a run with a different "
+                    f"spec (changed: {', '.join(changed[:6]) or 'the job'}).",
+                    hint="Pass --overwrite to replace those results (only files this toolkit "
+                    "wrote are deleted), or choose another --output.",
+                )
+            if self.exists(SUMMARY_FILE):
+                return RunState.COMPLETE
+            has_results = bool(self.result_files(manifest))
+            if has_results and (not resumable or not self.exists(CHECKPOINT_DIR)):
+                raise SpecError(
+                    f"data.output: {self.location} holds results of an unfinished run that "
+                    "can't be resumed (no checkpoint of written rows).",
+                    hint="Pass --overwrite to start again, or choose another --output.",
+                )
+            state = RunState.PARTIAL if has_results or self.exists(CHECKPOINT_DIR) else state
+        try:
+            if overwrite and manifest is not None:
+                self.delete_own(manifest)
+                manifest = None
+            self.fs.create_dir(self.root, recursive=True)
+            self._check_writable()
+            if manifest is None or state is RunState.EMPTY:
+                manifest = Manifest(fingerprint=fingerprint, spec=spec.model_dump(mode="json"),
+                                    write_ids=manifest.write_ids if manifest else [],
+                                    files=manifest.files if manifest else [])
+            manifest.spec = spec.model_dump(mode="json")
+            self._write_manifest(manifest)
+        except OSError as exc:
+            raise SpecError(
+                f"data.output: can't write to {self.location}: {exc}.",
+                hint="Choose a directory you can write to with --output.",
+            ) from None
+        return state
+
+    def delete_own(self, manifest: Manifest) -> list[str]:
+        """Delete what the manifest says the toolkit wrote; nothing else. Returns the names."""
+        import pyarrow.fs
+
+        deleted = []
+        for name in self.entries():
+            if manifest.owns(name):
+                self.fs.delete_file(self._fs_path(name))
+                deleted.append(name)
+        for directory in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
+            if self.fs.get_file_info(self._fs_path(directory)).type == pyarrow.fs.FileType.Directory:
+                self.fs.delete_dir(self._fs_path(directory))
+        return deleted
+
+    # -- writing -----------------------------------------------------------------------
+
+    def begin_write(self) -> str:
+        """Record a new write id in the manifest before any file of it exists."""
+        manifest = self._require_manifest()
+        write_id = uuid.uuid4().hex[:12]
+        manifest.write_ids.append(write_id)
+        self._write_manifest(manifest)
+        return write_id
+
+    def filenames(self, write_id: str, file_format: str) -> Any:
+        """Ray's filename provider for a write: ``part-<write id>_<ray's write uuid>_<task>``."""
+        from ray.data.datasource import FilenameProvider
+
+        return FilenameProvider(dataset_uuid=f"{RESULT_FILE_PREFIX}{write_id}",
+                                file_format=file_format)
+
+    def end_write(self, write_id: str) -> list[str]:
+        """List the write's files in the manifest; return their full paths."""
+        manifest = self._require_manifest()
+        manifest.files = [posixpath.relpath(p, self.root) for p in self.result_files(manifest)]
+        self._write_manifest(manifest)
+        prefix = f"{RESULT_FILE_PREFIX}{write_id}_"
+        return [self._fs_path(name) for name in manifest.files if name.startswith(prefix)]
+
+    def count_rows(self, files: Iterable[str], file_format: str) -> int:
+        """Rows in ``files`` (Parquet: from the footers, without reading the data)."""
+        files = list(files)
+        if not files:
+            return 0
+        import pyarrow.dataset as pads
+
+        return pads.dataset(files, filesystem=self.fs, format=file_format).count_rows()
+
+    def checkpointed_rows(self) -> int:
+        """Rows Ray Data's checkpoint records as written (0 without a checkpoint)."""
+        if not self.exists(CHECKPOINT_DIR):
+            return 0
+        import pyarrow.dataset as pads
+
+        return pads.dataset(self._fs_path(CHECKPOINT_DIR), filesystem=self.fs,
+                            format="parquet").count_rows()
+
+    def open_results(self, file_format: str) -> Any:
+        """The toolkit's result files as one ``pyarrow.dataset.Dataset``."""
+        import pyarrow.dataset as pads
+
+        return pads.dataset(self.result_files(), filesystem=self.fs, format=file_format)
+
+    def finish(self) -> None:
+        """After the summary is written: the checkpoint and staged input are no longer needed."""
+        for name in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
+            if self.exists(name):
+                self.fs.delete_dir(self._fs_path(name))
+
+    # -- JSON files --------------------------------------------------------------------
+
+    def write_json(self, name: str, content: dict[str, Any]) -> None:
+        with self.fs.open_output_stream(self._fs_path(name)) as stream:
+            stream.write(json.dumps(content, indent=2, default=str).encode())
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        return self._read_json(name)
+
+    def _read_json(self, name: str) -> dict[str, Any] | None:
+        try:
+            with self.fs.open_input_stream(self._fs_path(name)) as stream:
+                content = json.loads(stream.read())
+        except (FileNotFoundError, OSError, ValueError):
+            return None
+        return content if isinstance(content, dict) else None
+
+    def _write_manifest(self, manifest: Manifest) -> None:
+        self.write_json(MANIFEST_FILE, {
+            "fingerprint": manifest.fingerprint, "spec": manifest.spec,
+            "write_ids": manifest.write_ids, "files": manifest.files,
+        })
+
+    def _require_manifest(self) -> Manifest:
+        manifest = self.read_manifest()
+        if manifest is None:
+            raise RuntimeError(f"{self.location} has no {MANIFEST_FILE}: call prepare() first")
+        return manifest
+
+    def _check_writable(self) -> None:
+        import pyarrow.fs
+
+        if isinstance(self.fs, pyarrow.fs.LocalFileSystem):
+            probe = self._fs_path(f".toolkit-write-check-{uuid.uuid4().hex}")
+            with self.fs.open_output_stream(probe):
+                pass
+            self.fs.delete_file(probe)
+
+
+def _resolve(location: str) -> tuple["pyarrow.fs.FileSystem", str]:
     import os
 
     import pyarrow.fs
 
-    if "://" in output:
-        return pyarrow.fs.FileSystem.from_uri(output)
-    return pyarrow.fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(output))
+    if "://" in location:
+        return pyarrow.fs.FileSystem.from_uri(location)
+    return pyarrow.fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
 
 
-def output_path(output: str, name: str) -> str:
-    """``name`` inside the output directory, as a path or URI Ray and Arrow accept."""
-    if "://" in output:
-        return output.rstrip("/") + "/" + name
-    return output_filesystem(output)[1] + "/" + name
-
-
-def _exists(output: str, name: str) -> bool:
-    import pyarrow.fs
-
-    fs, path = output_filesystem(output)
-    return fs.get_file_info(f"{path}/{name}").type != pyarrow.fs.FileType.NotFound
-
-
-def existing_result_files(output: str) -> list[str]:
-    """Result files in ``output``; our ``_`` bookkeeping and hidden files don't count."""
-    import pyarrow.fs
-
-    fs, path = output_filesystem(output)
-    info = fs.get_file_info(path)
-    if info.type == pyarrow.fs.FileType.NotFound:
-        return []
-    if info.type != pyarrow.fs.FileType.Directory:
-        raise SpecError(
-            f"data.output: {output} exists and is a file, not a directory.",
-            hint="Choose a directory with --output.",
-        )
-    selector = pyarrow.fs.FileSelector(path, recursive=True)
-    found = []
-    for item in fs.get_file_info(selector):
-        relative = item.path[len(path):].strip("/").split("/")
-        if item.type == pyarrow.fs.FileType.File and not any(
-            part.startswith(("_", ".")) for part in relative
-        ):
-            found.append(item.path)
-    return found
-
-
-def results_fingerprint(spec: JobSpec) -> str:
-    """What decides the results: job, options, input rows, model and sampling.
-
-    Batch size, concurrency, partitions and compute are left out on purpose: a
-    rerun after an out-of-memory crash may change them and still resume.
-    """
-    decisive = {
-        "job": spec.job,
-        "options": spec.options.model_dump(mode="json"),
-        "input": [spec.data.input, spec.data.format, spec.data.rows, spec.data.seed],
-        "output_format": spec.data.output_format,
-        "model": spec.engine.model,
-        "sampling": spec.sampling.model_dump(mode="json"),
-    }
-    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def prepare_output(spec: JobSpec, overwrite: bool, resumable: bool) -> OutputState:
-    """Check the output directory before any model loads and say what this run must do.
-
-    Returns:
-        EMPTY for a fresh run, PARTIAL to resume an unfinished run of the same spec,
-        COMPLETE when the same spec already finished there.
-
-    Raises:
-        SpecError: the directory holds results of a different spec, or an
-            unfinished run that can't be resumed, or it isn't writable.
-    """
-    import pyarrow.fs
-
-    data = spec.data
-    fs, path = output_filesystem(data.output)
-    existing = existing_result_files(data.output)
-    has_checkpoint = _exists(data.output, CHECKPOINT_DIR)
-    has_earlier_run = bool(existing) or has_checkpoint or _exists(data.output, SPEC_FILE)
-    fingerprint = results_fingerprint(spec)
-    state = OutputState.EMPTY
-    if has_earlier_run and not overwrite:
-        earlier = _read_json(data.output, SPEC_FILE) or {}
-        if earlier.get("fingerprint") != fingerprint:
-            raise SpecError(
-                f"data.output: {data.output} holds {len(existing)} result file(s) from a run "
-                "with a different spec (job, options, input, rows, model or sampling).",
-                hint="Pass --overwrite to replace them, or choose another --output.",
-            )
-        if _exists(data.output, SUMMARY_FILE):
-            return OutputState.COMPLETE
-        if not resumable or (existing and not has_checkpoint):
-            raise SpecError(
-                f"data.output: {data.output} holds {len(existing)} result file(s) of an "
-                "unfinished run that can't be resumed (no checkpoint of written rows).",
-                hint="Pass --overwrite to start again, or choose another --output.",
-            )
-        state = OutputState.PARTIAL
-    try:
-        if overwrite and has_earlier_run:
-            fs.delete_dir_contents(path)
-        fs.create_dir(path, recursive=True)
-        if isinstance(fs, pyarrow.fs.LocalFileSystem):
-            probe = f"{path}/.toolkit-write-check-{uuid.uuid4().hex}"
-            with fs.open_output_stream(probe):
-                pass
-            fs.delete_file(probe)
-        _write_json(data.output, SPEC_FILE, {"fingerprint": fingerprint,
-                                             "spec": spec.model_dump(mode="json")})
-    except OSError as exc:
-        raise SpecError(
-            f"data.output: can't write to {data.output}: {exc}.",
-            hint="Choose a directory you can write to with --output.",
-        ) from None
-    return state
-
-
-def finish_output(data: DataConfig) -> None:
-    """After the summary is written: the checkpoint and staged input are no longer needed."""
-    fs, path = output_filesystem(data.output)
-    for name in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
-        if _exists(data.output, name):
-            fs.delete_dir(f"{path}/{name}")
-
-
-def checkpointed_row_count(output: str) -> int:
-    """Rows Ray Data's checkpoint records as written (0 without a checkpoint)."""
-    if not _exists(output, CHECKPOINT_DIR):
-        return 0
-    import pyarrow.dataset as pads
-
-    fs, path = output_filesystem(output)
-    return pads.dataset(f"{path}/{CHECKPOINT_DIR}", filesystem=fs, format="parquet").count_rows()
-
-
-def write_output(ds: "Dataset", data: DataConfig, counted_stage: str) -> int | None:
-    """Execute the pipeline, streaming results into ``data.output``.
-
-    Returns:
-        How many rows entered the operator whose name contains ``counted_stage``
-        (read from Ray Data's execution stats), or None if Ray didn't report it.
-        This is the independent "rows in" figure the summary checks against.
-    """
-    writer = {
-        "parquet": ds.write_parquet,
-        "csv": ds.write_csv,
-        "json": ds.write_json,
-    }[data.output_format]
-    writer(data.output)
-    written = getattr(ds, "_write_ds", None)
-    if written is None:
-        return None
-    return rows_into_stage(written.get_stats_summary(), counted_stage)
-
-
-def rows_into_stage(stats: Any, stage: str) -> int | None:
-    """Rows that entered the (possibly fused) operator running ``stage``."""
-    pending = [stats]
-    while pending:
-        summary = pending.pop()
-        for op in summary.operators_stats:
-            if stage not in op.operator_name:
-                continue
-            if op.total_input_num_rows:
-                return int(op.total_input_num_rows)
-            # Fused with the read, so no input count: the stage is 1:1, and when it
-            # ends the fused operator, what the operator emitted is what came in.
-            if stage in op.operator_name.split("->")[-1] and op.output_num_rows is not None:
-                return int(op.output_num_rows.sum)
-        pending.extend(getattr(summary, "parents", []))
-    return None
-
-
-def _read_json(output: str, name: str) -> dict[str, Any] | None:
-    fs, path = output_filesystem(output)
-    try:
-        with fs.open_input_stream(f"{path}/{name}") as stream:
-            return json.loads(stream.read())
-    except (FileNotFoundError, OSError, ValueError):
-        return None
-
-
-def _write_json(output: str, name: str, content: dict[str, Any]) -> None:
-    fs, path = output_filesystem(output)
-    with fs.open_output_stream(f"{path}/{name}") as stream:
-        stream.write(json.dumps(content, indent=2, default=str).encode())
+def _changed_fields(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths whose values differ between two spec dumps."""
+    changed = []
+    for key in sorted(set(before) | set(after)):
+        path = f"{prefix}{key}"
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += _changed_fields(old, new, path + ".")
+        elif old != new:
+            changed.append(path)
+    return [c for c in changed if not c.startswith(tuple(RESULT_NEUTRAL_FIELDS))]

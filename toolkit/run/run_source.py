@@ -30,7 +30,7 @@ from toolkit.run.input_data import (
     read_image_folder,
     sample_images_folder,
 )
-from toolkit.run.run_directory import CHECKPOINT_DIR, STAGED_INPUT_DIR, output_filesystem, output_path
+from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 
 if TYPE_CHECKING:
@@ -54,7 +54,9 @@ class RunSource:
     note: str | None = None
 
 
-def open_run_source(spec: JobSpec, check_schema: Callable[["pa.Schema"], None]) -> RunSource:
+def open_run_source(
+    spec: JobSpec, run_dir: RunDirectory, check_schema: Callable[["pa.Schema"], None]
+) -> RunSource:
     """The dataset a run reads, shaped so that a rerun can resume it.
 
     ``check_schema`` sees the input's schema before anything is staged or run, so
@@ -74,7 +76,7 @@ def open_run_source(spec: JobSpec, check_schema: Callable[["pa.Schema"], None]) 
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
     if data.rows is None:
         return RunSource(ds, True)
-    return RunSource(ray.data.read_parquet(stage_input(spec)), True)
+    return RunSource(ray.data.read_parquet(stage_input(spec, run_dir)), True)
 
 
 def _sample_dataset(name: str, rows: int | None, seed: int, partitions: int | None) -> "Dataset":
@@ -94,25 +96,22 @@ def _sample_dataset(name: str, rows: int | None, seed: int, partitions: int | No
     )
 
 
-def stage_input(spec: JobSpec) -> str:
+def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:
     """Write the first ``data.rows`` input rows to ``<output>/_input`` once; return its path."""
     data = spec.data
     assert data.rows is not None
-    fs, root = output_filesystem(data.output)
-    staged = output_path(data.output, STAGED_INPUT_DIR)
-    marker = f"{root}/{STAGED_INPUT_DIR}/{_STAGED_MARKER}"
-    import pyarrow.fs
-
-    if fs.get_file_info(marker).type == pyarrow.fs.FileType.File:
+    staged = run_dir.staged_input_path
+    marker = f"{STAGED_INPUT_DIR}/{_STAGED_MARKER}"
+    if run_dir.exists(marker):
         return staged
-    if fs.get_file_info(f"{root}/{STAGED_INPUT_DIR}").type != pyarrow.fs.FileType.NotFound:
-        fs.delete_dir(f"{root}/{STAGED_INPUT_DIR}")
+    if run_dir.exists(STAGED_INPUT_DIR):
+        run_dir.fs.delete_dir(run_dir.root + "/" + STAGED_INPUT_DIR)
     with checkpointing(None):  # staging copies the input once; it has nothing to resume
         ds = open_input(data).limit(data.rows)
         if data.partitions:
             ds = ds.repartition(target_num_rows_per_block=math.ceil(data.rows / data.partitions))
         ds.write_parquet(staged)
-    with fs.open_output_stream(marker):
+    with run_dir.fs.open_output_stream(run_dir.root + "/" + marker):
         pass
     return staged
 
@@ -131,7 +130,7 @@ def checkpointing(config: object | None) -> Iterator[None]:
         context.checkpoint_config = previous
 
 
-def checkpoint_config(spec: JobSpec, id_column: str) -> object:
+def checkpoint_config(run_dir: RunDirectory, id_column: str) -> object:
     """Ray Data's checkpoint of written ids, kept in ``<output>/_checkpoint``.
 
     We delete it ourselves once the summary is written, so a crash between the two
@@ -141,6 +140,6 @@ def checkpoint_config(spec: JobSpec, id_column: str) -> object:
 
     return CheckpointConfig(
         id_column=id_column,
-        checkpoint_path=output_path(spec.data.output, CHECKPOINT_DIR),
+        checkpoint_path=run_dir.checkpoint_path,
         delete_checkpoint_on_success=False,
     )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from toolkit.run.run_directory import SUMMARY_FILE, output_filesystem
+from toolkit.run.run_directory import SUMMARY_FILE, RunDirectory
 from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
@@ -25,7 +24,6 @@ class RunSummary(BaseModel):
     )
     rows_ok: int
     error_rows: int
-    filtered_rows: int = 0
     seconds: float
     rows_per_second: float
     smoke: bool = Field(description="Tiny random-weight model: results are not meaningful.")
@@ -37,16 +35,10 @@ class RunSummary(BaseModel):
     first_errors: list[dict[str, Any]] = Field(default_factory=list)
 
 
-def _open_output(output: str, fmt: str) -> Any:
-    import pyarrow.dataset as pads
-
-    fs, path = output_filesystem(output)
-    return pads.dataset(path, filesystem=fs, format=fmt, ignore_prefixes=[".", "_"])
-
-
 def summarize_output(
     job: "JobDefinition[Any]",
     spec: "JobSpec",
+    run_dir: RunDirectory,
     seconds: float,
     rows_in: int | None,
     rows_this_run: int | None = None,
@@ -59,13 +51,14 @@ def summarize_output(
     """
     import pyarrow.compute as pc
 
-    dataset = _open_output(spec.data.output, spec.data.output_format)
-    id_column = job.id_column(spec.options)
+    dataset = run_dir.open_results(spec.data.output_format)
+    id_column = spec.data.id_column
+    result_columns = job.result_columns(job.options_of(spec))
     errors = dataset.to_table(columns=[id_column, ERROR_COLUMN])
     failed = pc.is_valid(errors[ERROR_COLUMN])
     rows_written = errors.num_rows
     error_rows = int(pc.sum(failed).as_py() or 0)
-    shown = [id_column, *job.result_columns]
+    shown = [id_column, *result_columns]
     good = dataset.to_table(columns=shown, filter=pc.field(ERROR_COLUMN).is_null()).slice(0, 3)
     bad = errors.filter(failed).slice(0, 3)
     processed = rows_this_run if rows_this_run is not None else rows_written
@@ -76,7 +69,7 @@ def summarize_output(
     if rows_in is not None and rows_in != rows_written:
         notes.append(
             f"WARNING: {rows_in:,} rows came in but {rows_written:,} are in the output; "
-            "check the output directory for files written by another run."
+            "the output may hold files of an interrupted write; rerun with --overwrite."
         )
     summary = RunSummary(
         job=job.name,
@@ -94,24 +87,14 @@ def summarize_output(
         samples=good.to_pylist(),
         first_errors=bad.to_pylist(),
     )
-    write_summary(summary)
+    run_dir.write_json(SUMMARY_FILE, summary.model_dump(mode="json"))
     return summary
-
-
-def write_summary(summary: RunSummary) -> None:
-    fs, path = output_filesystem(summary.output)
-    with fs.open_output_stream(f"{path}/{SUMMARY_FILE}") as stream:
-        stream.write(json.dumps(summary.model_dump(mode="json"), indent=2, default=str).encode())
 
 
 def read_summary(output: str) -> RunSummary | None:
     """The summary a finished run left in ``output``, or None if there is none."""
-    fs, path = output_filesystem(output)
-    try:
-        with fs.open_input_stream(f"{path}/{SUMMARY_FILE}") as stream:
-            return RunSummary.model_validate_json(stream.read())
-    except (FileNotFoundError, OSError):
-        return None
+    content = RunDirectory(output).read_json(SUMMARY_FILE)
+    return RunSummary.model_validate(content) if content is not None else None
 
 
 def finished_job_summary(output: str | None) -> RunSummary | None:

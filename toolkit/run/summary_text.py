@@ -20,8 +20,6 @@ def format_summary(summary: RunSummary) -> str:
     ]
     if summary.rows_this_run is not None and summary.rows_this_run != summary.rows_in:
         lines.append(f"  this run:      {summary.rows_this_run:,} rows processed")
-    if summary.filtered_rows:
-        lines.append(f"  filtered:      {summary.filtered_rows:,}")
     for name, value in summary.figures.items():
         lines.append(f"  {name + ':':14} {value:,}")
     lines.append(f"  output:        {summary.output} (summary in _summary.json)")

@@ -1,4 +1,4 @@
-"""Build a validated spec from its layers: template, spec file, --smoke, flags, --set.
+"""Build a validated spec from its layers: defaults, job file, spec file, --smoke, flags, --set.
 
 The layers are merged as plain YAML data and validated once at the end, so an
 error names the final field path (``data.rows: ...``) whichever layer set it.
@@ -19,6 +19,21 @@ from toolkit.errors import SpecError
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 
+# The toolkit's defaults under every job file: a user's YAML job need only say
+# what it changes. The engine matches the seeds' production setup (vLLM on L4s).
+TOOLKIT_DEFAULTS: dict[str, Any] = {
+    "data": {"format": "auto", "output_format": "parquet"},
+    "engine": {
+        "kind": "vllm",
+        "model": "unsloth/Llama-3.1-8B-Instruct",
+        "engine_kwargs": {"max_model_len": 4096},
+        "batch_size": 64,
+        "concurrency": 1,
+        "accelerator_type": "L4",
+    },
+    "sampling": {"temperature": 0.0, "max_tokens": 256},
+}
+
 # What --smoke changes for every job: our own engine on one CPU worker. Each job
 # adds its sample input and tiny model through JobDefinition.smoke_overrides.
 SMOKE_OVERRIDES: dict[str, Any] = {
@@ -31,16 +46,16 @@ SMOKE_OVERRIDES: dict[str, Any] = {
 }
 
 
-def read_yaml_file(path: Path) -> dict[str, Any]:
+def read_yaml_file(path: Path, what: str = "Spec file") -> dict[str, Any]:
     """Read a YAML mapping, turning every failure into one clear SpecError."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(f"Spec file {path} does not exist.", hint="Check the path given to -f.")
+        raise SpecError(f"{what} {path} does not exist.", hint="Check the path.")
     except UnicodeDecodeError as exc:
-        raise SpecError(f"Spec file {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).")
+        raise SpecError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).")
     except OSError as exc:
-        raise SpecError(f"Cannot read spec file {path}: {exc.strerror}.")
+        raise SpecError(f"Cannot read {what.lower()} {path}: {exc.strerror}.")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -50,14 +65,14 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
             where = f" at line {mark.line + 1}, column {mark.column + 1}"
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(
-            f"Spec file {path} is not valid YAML{where}: {problem}.",
+            f"{what} {path} is not valid YAML{where}: {problem}.",
             hint="Indent nested keys with spaces and quote values that contain ': '.",
         )
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise SpecError(
-            f"Spec file {path} must hold a mapping of sections (data:, engine:, ...), "
+            f"{what} {path} must hold a mapping of sections (data:, engine:, ...), "
             f"not a {type(data).__name__}."
         )
     return data
@@ -125,8 +140,8 @@ def validate_spec(job: JobDefinition[Any], data: Mapping[str, Any], source: str)
     except ValidationError as exc:
         raise SpecError(
             format_validation_error(exc, source),
-            hint=f"Fix the fields above in your spec file, flags or --set values "
-            f"(template: {job.template_path}).",
+            hint=f"Fix the fields above in the job file, spec file, flags or --set values "
+            f"('toolkit show {job.name}' prints every key with its value).",
         ) from None
 
 
@@ -137,10 +152,10 @@ def load_job_spec(
     sets: Sequence[str] = (),
     smoke: bool = False,
 ) -> JobSpec:
-    """Load a job's spec: template -> ``spec_file`` -> smoke -> ``overrides`` -> ``sets``.
+    """Load a job's spec: defaults -> the job's own -> ``spec_file`` -> smoke -> flags -> ``sets``.
 
     Args:
-        job: The job whose template and spec model to use.
+        job: The job whose defaults and spec model to use.
         spec_file: A YAML file with the whole spec or just the keys to change.
         overrides: Dotted paths from CLI flags, only those the user gave
             (e.g. ``{"data.rows": "1M"}``); ``None`` values are ignored.
@@ -154,8 +169,9 @@ def load_job_spec(
         SpecError: any layer is unreadable or the result does not validate;
             the message lists every ``field.path: problem``.
     """
-    data = read_yaml_file(job.template_path)
-    sources = [str(job.template_path)]
+    data = deep_merge(TOOLKIT_DEFAULTS, job.defaults)
+    data.setdefault("data", {}).setdefault("output", f"out/{job.name}")
+    sources = [f"job {job.name}"]
     if spec_file is not None:
         data = deep_merge(data, read_yaml_file(spec_file))
         sources.append(str(spec_file))
@@ -179,8 +195,15 @@ def load_job_spec(
 
 
 def spec_to_yaml(spec: JobSpec) -> str:
-    """The full effective spec as YAML, in the section order of the models."""
-    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True, width=100)
+    """The full effective spec as YAML: the job's own sections first, then the shared ones."""
+    dumped = spec.model_dump(mode="json")
+    shared = ("options", *(name for name in JobSpec.model_fields if name not in ("job", "options")))
+    ordered = {"job": dumped.pop("job")}
+    ordered.update({k: v for k, v in dumped.items() if k not in shared})
+    if dumped.get("options"):
+        ordered["options"] = dumped["options"]
+    ordered.update({k: dumped[k] for k in shared if k != "options" and k in dumped})
+    return yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=100)
 
 
 def write_spec_json(spec: JobSpec, path: Path) -> Path:
@@ -192,7 +215,7 @@ def write_spec_json(spec: JobSpec, path: Path) -> Path:
 
 
 def read_spec_file(job: JobDefinition[Any], path: Path) -> JobSpec:
-    """Load a serialised spec (JSON or YAML) without the template layer."""
+    """Load a serialised spec (JSON or YAML) as it is: no defaults are added."""
     path = Path(path)
     if path.suffix == ".json":
         try:

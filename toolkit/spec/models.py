@@ -74,6 +74,12 @@ class DataConfig(StrictModel):
             "folder of pictures is 'images', and hf://NAME is a streamed Hugging Face dataset."
         ),
     )
+    id_column: str = Field(
+        description=(
+            "Input column that identifies a row (unique per row). Resume, error rows and "
+            "the output are keyed on it; it is kept in every output row."
+        )
+    )
     rows: RowCount = Field(
         None,
         description=(
@@ -212,7 +218,9 @@ class JobSpec(StrictModel):
     """Everything one run needs. Jobs subclass it to give ``options`` their own model."""
 
     job: str = Field(description="The job template name, e.g. 'text-industry'.")
-    options: StrictModel = Field(description="The job's own options.")
+    options: StrictModel = Field(
+        default_factory=StrictModel, description="The job's own options."
+    )
     data: DataConfig
     engine: EngineConfig
     sampling: SamplingConfig

@@ -68,13 +68,15 @@ class AnyscaleBackend:
 
     Example:
         >>> backend = AnyscaleBackend()  # doctest: +SKIP
-        >>> handle = backend.submit(prepare_submission(spec).request, secret_env())
+        >>> handle = backend.submit(prepare_submission(job, spec).request, secret_env())
         >>> backend.status(handle.job_id).status
         <JobStatus.PENDING: 'PENDING'>
     """
 
     name = "anyscale"
     poll_interval_s = 10.0
+    local = False
+    where = "Anyscale"
 
     def __init__(
         self,

@@ -94,6 +94,10 @@ class SubmitRequest(_Model):
     entrypoint: str = Field(description="Command run in the uploaded working dir.")
     working_dir: Path = Field(description="Absolute directory uploaded with the job.")
     spec_path: Path = Field(description="The spec file, relative to working_dir.")
+    py_modules: list[Path] = Field(
+        default_factory=list,
+        description="Package directories shipped beside the working dir, relative to it.",
+    )
     excludes: list[str] = Field(description="Globs left out of the upload.")
     requirements: list[str] = Field(
         default_factory=list, description="pip requirements installed on top of the image."
@@ -127,6 +131,10 @@ class Backend(Protocol):
     name: str
     #: Seconds between status polls while following a job.
     poll_interval_s: float
+    #: The jobs run on this machine, sharing its Python (a ``--address local`` head).
+    local: bool
+    #: Where the jobs go, for people: a dashboard URL or "Anyscale".
+    where: str
 
     def submit(self, request: SubmitRequest, secrets: Mapping[str, str]) -> JobHandle:
         """Start the job. ``secrets`` become env vars of the job and are never stored."""

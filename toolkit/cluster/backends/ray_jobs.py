@@ -9,10 +9,12 @@ Token auth (on by default in Ray 2.60): the client sends the token from
 ``$RAY_AUTH_TOKEN``, ``$RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token`` when
 ``RAY_AUTH_MODE=token`` is set or the cluster is on this machine (which shares
 that token file). It is never sent to other hosts unless you set RAY_AUTH_MODE.
+The driver of ``toolkit run`` follows the same rule: both use
+:mod:`toolkit.run.ray_auth`.
 
 Example:
     >>> backend = RayJobsBackend.connect("local")  # doctest: +SKIP
-    >>> handle = backend.submit(prepare_submission(spec, target="ray", local=True).request, {})
+    >>> handle = backend.submit(prepare_submission(job, spec, target="ray", local=True).request, {})
 """
 
 from __future__ import annotations
@@ -20,12 +22,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from toolkit.cluster.backends.base import (
     JobHandle,
@@ -35,87 +34,17 @@ from toolkit.cluster.backends.base import (
     SubmitRequest,
 )
 from toolkit.errors import BackendUnavailableError, ToolkitError
+from toolkit.run.ray_auth import CONNECT_TIMEOUT_S, TOKEN_HINT, auth_headers, probe_address
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
 
-CONNECT_TIMEOUT_S = 5.0
 _ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 _ADDRESS_HINT = (
     "Pass --address http://HEAD:8265 (the Ray dashboard of your cluster), or --address local "
     "to start (or reuse) a Ray head on this machine, or set RAY_ADDRESS. "
     "For Anyscale use --backend anyscale."
 )
-_TOKEN_HINT = (
-    "This cluster uses token auth. Export RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<token> "
-    "(or save the token in ~/.ray/auth_token); `ray get-auth-token` on the head prints it."
-)
-_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
-
-
-def _split_host_port(address: str) -> tuple[str | None, int | None]:
-    if "://" not in address:
-        address = "tcp://" + address
-    parts = urlsplit(address)
-    try:
-        port = parts.port
-    except ValueError:
-        return parts.hostname, None
-    if port is None and parts.scheme in ("http", "https"):
-        port = 443 if parts.scheme == "https" else 80
-    return parts.hostname, port
-
-
-def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Fail fast (within ``timeout_s``) when nothing listens at ``address``.
-
-    Raises:
-        BackendUnavailableError: connection refused, unknown host or timeout.
-    """
-    host, port = _split_host_port(address)
-    if host is None or port is None:
-        return  # e.g. "auto": let Ray resolve it
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return
-    except OSError as exc:
-        reason = (
-            "timed out" if isinstance(exc, socket.timeout) else exc.strerror or str(exc)
-        )
-        raise BackendUnavailableError(
-            f"Cannot reach the Ray cluster at {address} ({reason}).", hint=_ADDRESS_HINT
-        ) from None
-
-
-def _is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    if host in _LOOPBACK_HOSTS or host.startswith("127."):
-        return True
-    with contextlib.suppress(OSError):
-        return host == socket.gethostname()
-    return False
-
-
-def read_auth_token(environ: Mapping[str, str]) -> str | None:
-    """Ray's token from ``$RAY_AUTH_TOKEN``, ``$RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``."""
-    token = environ.get("RAY_AUTH_TOKEN", "").strip()
-    if token:
-        return token
-    path = environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
-    try:
-        return Path(path).expanduser().read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
-
-
-def auth_headers(address: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """The Authorization header for ``address``, if a token should go there."""
-    token_mode = environ.get("RAY_AUTH_MODE", "").lower() == "token"
-    if not token_mode and not _is_loopback(_split_host_port(address)[0]):
-        return {}
-    token = read_auth_token(environ)
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 @contextlib.contextmanager
@@ -174,6 +103,7 @@ class RayJobsBackend:
         self._client = client
         self.address = address.rstrip("/")
         self.local = local
+        self.where = self.address
         self._flags = f" --address {address_flag}" if address_flag else ""
 
     @classmethod
@@ -200,7 +130,7 @@ class RayJobsBackend:
             url = address or environ.get("RAY_API_SERVER_ADDRESS") or environ.get("RAY_ADDRESS")
             if not url:
                 raise BackendUnavailableError("No Ray cluster given.", hint=_ADDRESS_HINT)
-        probe_address(url, connect_timeout_s)
+        probe_address(url, connect_timeout_s, hint=_ADDRESS_HINT)
         from ray.exceptions import AuthenticationError
         from ray.job_submission import JobSubmissionClient
 
@@ -211,7 +141,7 @@ class RayJobsBackend:
                 client = JobSubmissionClient(url, headers=auth_headers(url, environ))
         except AuthenticationError:
             raise BackendUnavailableError(
-                f"The Ray cluster at {url} refused this client's credentials.", hint=_TOKEN_HINT
+                f"The Ray cluster at {url} refused this client's credentials.", hint=TOKEN_HINT
             ) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BackendUnavailableError(
@@ -236,7 +166,7 @@ class RayJobsBackend:
         except AuthenticationError:
             raise BackendUnavailableError(
                 f"The Ray cluster at {self.address} refused this client's credentials.",
-                hint=_TOKEN_HINT,
+                hint=TOKEN_HINT,
             ) from None
         except (requests.exceptions.RequestException, ConnectionError) as exc:
             raise BackendUnavailableError(
@@ -281,6 +211,7 @@ class RayJobsBackend:
         """The runtime_env for ``request``: working_dir upload, env vars, pip unless local."""
         runtime_env: dict[str, Any] = {
             "working_dir": str(request.working_dir),
+            "py_modules": [str(request.working_dir / path) for path in request.py_modules],
             "excludes": list(request.excludes),
             "env_vars": {**request.env_vars, **secrets},
         }
