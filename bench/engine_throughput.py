@@ -24,7 +24,7 @@ import argparse
 import time
 
 from toolkit.engines.transformers_engine import TransformersChatEngine, generate_texts
-from toolkit.spec.job_definition import load_job
+from toolkit.spec.catalog import load_job
 from toolkit.run.pipeline import engine_sampling_params
 from toolkit.samples.customers import customers_batch
 from toolkit.spec.loading import load_job_spec
@@ -74,17 +74,20 @@ def main() -> None:
     from transformers import pipeline
 
     from toolkit.engines.model_source import resolve_model_source
+    from toolkit.samples.provider import SAMPLES
 
     torch.set_num_threads(args.threads)
     job = load_job("text-industry")
     spec = load_job_spec(job)
+    options = job.options_of(spec)
     companies = customers_batch(0, args.rows).column("Company").to_pylist()
-    messages = [job.preprocess({"Company": c}, spec.options)["messages"] for c in companies]
-    constrained = engine_sampling_params(spec.sampling, job.structured_output(spec.options))
+    messages = [job.preprocess({"Company": c}, options)["messages"] for c in companies]
+    constrained = engine_sampling_params(spec.sampling, job.structured_output(options))
     free = {k: v for k, v in constrained.items() if k != "structured_outputs"}
 
-    engine = TransformersChatEngine(args.model, {"max_model_len": 256}, num_threads=args.threads)
-    path = resolve_model_source(args.model)
+    engine = TransformersChatEngine(args.model, {"max_model_len": 256}, num_threads=args.threads,
+                                    samples=SAMPLES)
+    path = resolve_model_source(args.model, SAMPLES)
     generator = pipeline("text-generation", model=path, device="cpu")
     generator.tokenizer.padding_side = "left"
     if generator.tokenizer.pad_token_id is None:

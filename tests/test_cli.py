@@ -43,7 +43,7 @@ def test_show_prints_the_effective_spec_as_yaml():
     assert result.exit_code == 0
     assert "  rows: 10000\n" in result.output
     assert "  model: Qwen/Qwen2.5-0.5B-Instruct\n" in result.output
-    assert result.output.startswith("job: text-industry\noptions:\n")
+    assert result.output.startswith("job: text-industry\nprompt:\n")
 
 
 def test_spec_errors_exit_2_with_the_field_and_no_traceback():

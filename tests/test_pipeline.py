@@ -14,6 +14,7 @@ import pytest
 from toolkit.errors import InputDataError, SpecError
 from toolkit.spec.catalog import load_job
 from toolkit.run.pipeline import run_pipeline
+from toolkit.samples.provider import SAMPLES
 from toolkit.samples.customers import CUSTOMER_COLUMNS, write_customers_csv
 from toolkit.spec.loading import load_job_spec
 
@@ -32,7 +33,7 @@ def smoke_spec(**overrides):
 def test_csv_rows_come_back_with_their_columns_intact(local_ray, customers_csv, tmp_path):
     spec = smoke_spec(**{"data.input": str(customers_csv), "data.rows": "200",
                          "data.output": str(tmp_path / "out"), "data.partitions": "4"})
-    summary = run_pipeline(JOB, spec)
+    summary = run_pipeline(JOB, spec, samples=SAMPLES)
 
     written = pq.read_table(tmp_path / "out")
     written = written.take(pc.sort_indices(pc.cast(written["Index"], "int64")))
@@ -56,7 +57,7 @@ def test_blank_companies_are_error_rows_not_crashes(local_ray, tmp_path):
     csv = tmp_path / "blank.csv"
     csv.write_text('Index,Company\n1,Acme Corp\n2,""\n3,"Vega, Gibson and Rowland"\n')
     spec = smoke_spec(**{"data.input": str(csv), "data.output": str(tmp_path / "out")})
-    summary = run_pipeline(JOB, spec)
+    summary = run_pipeline(JOB, spec, samples=SAMPLES)
 
     rows = {r["Index"]: r for r in pq.read_table(tmp_path / "out").to_pylist()}
     assert rows["2"]["error"] == "preprocess: column 'Company' is empty"
@@ -72,7 +73,7 @@ def test_a_missing_column_is_reported_before_any_model_loads(local_ray, tmp_path
     spec = smoke_spec(**{"data.input": str(csv), "data.output": str(tmp_path / "out"),
                          "engine.model": "no-such-org/no-such-model"})
     with pytest.raises(InputDataError) as excinfo:
-        run_pipeline(JOB, spec)
+        run_pipeline(JOB, spec, samples=SAMPLES)
     message = excinfo.value.format_message()
     assert f"data.input: {csv} has no column 'Company'." in message
     assert "Available columns: Index, Compny, City." in message
@@ -84,31 +85,40 @@ def test_non_utf8_csv_is_named_with_the_byte(local_ray, tmp_path):
     latin.write_bytes("Index,Company\n1,Société Générale\n".encode("latin-1"))
     with pytest.raises(InputDataError, match=r"latin1.csv is not UTF-8 text \(byte 20 is 0xe9\)"):
         run_pipeline(JOB, smoke_spec(**{"data.input": str(latin),
-                                        "data.output": str(tmp_path / "out")}))
+                                        "data.output": str(tmp_path / "out")}), samples=SAMPLES)
 
 
 def test_missing_and_empty_inputs_are_named(local_ray, tmp_path):
     with pytest.raises(InputDataError, match=r"data.input: .*nope.csv does not exist"):
         run_pipeline(JOB, smoke_spec(**{"data.input": str(tmp_path / "nope.csv"),
-                                        "data.output": str(tmp_path / "o1")}))
+                                        "data.output": str(tmp_path / "o1")}), samples=SAMPLES)
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     with pytest.raises(InputDataError, match=r"empty.csv is empty \(0 bytes\)"):
         run_pipeline(JOB, smoke_spec(**{"data.input": str(empty),
-                                        "data.output": str(tmp_path / "o2")}))
+                                        "data.output": str(tmp_path / "o2")}), samples=SAMPLES)
 
 
 def test_a_finished_run_is_not_redone_and_another_spec_is_refused(local_ray, tmp_path):
     spec = smoke_spec(**{"data.rows": "20", "data.output": str(tmp_path / "out")})
-    first = run_pipeline(JOB, spec)
-    again = run_pipeline(JOB, spec)
+    first = run_pipeline(JOB, spec, samples=SAMPLES)
+    again = run_pipeline(JOB, spec, samples=SAMPLES)
     assert again.rows_this_run == 0 and again.rows_written == first.rows_written == 20
     assert again.notes[0].startswith("Already complete")
 
     other = smoke_spec(**{"data.rows": "30", "data.output": str(tmp_path / "out")})
-    with pytest.raises(SpecError, match="from a run with a different spec"):
-        run_pipeline(JOB, other)
-    assert run_pipeline(JOB, other, overwrite=True).rows_written == 30
+    with pytest.raises(SpecError, match=r"results of a run with a different spec \(changed: data.rows\)"):
+        run_pipeline(JOB, other, samples=SAMPLES)
+    longer = smoke_spec(**{"data.rows": "20", "data.output": str(tmp_path / "out")},
+).model_copy(deep=True)
+    longer.engine.engine_kwargs["max_model_len"] = 512
+    with pytest.raises(SpecError, match=r"changed: engine.engine_kwargs.max_model_len"):
+        run_pipeline(JOB, longer, samples=SAMPLES)  # never "Already complete"
+    smaller_batches = smoke_spec(**{"data.rows": "20", "data.output": str(tmp_path / "out"),
+                                    "engine.batch_size": "4"})
+    assert run_pipeline(JOB, smaller_batches, samples=SAMPLES).notes[0].startswith(
+        "Already complete")
+    assert run_pipeline(JOB, other, overwrite=True, samples=SAMPLES).rows_written == 30
 
 
 def test_date_reformat_checks_answers_and_reports_accuracy(local_ray, tmp_path):
@@ -117,7 +127,7 @@ def test_date_reformat_checks_answers_and_reports_accuracy(local_ray, tmp_path):
     csv.write_text("Index,Subscription Date\n1,2021-03-04\n2,not a date\n3,2020-12-31\n")
     spec = load_job_spec(job, smoke=True, overrides={"data.input": str(csv),
                                                      "data.output": str(tmp_path / "out")})
-    summary = run_pipeline(job, spec)
+    summary = run_pipeline(job, spec, samples=SAMPLES)
 
     rows = {r["Index"]: r for r in pq.read_table(tmp_path / "out").to_pylist()}
     assert rows["2"]["error"].startswith("preprocess: column 'Subscription Date': 'not a date'")
@@ -135,7 +145,7 @@ def test_vlm_caption_writes_one_row_per_image_without_the_bytes(local_ray, tmp_p
     images = write_sample_images(tmp_path / "images", count=12, corrupt=3, seed=1)
     spec = load_job_spec(job, smoke=True, overrides={"data.input": str(tmp_path / "images"),
                                                      "data.output": str(tmp_path / "out")})
-    summary = run_pipeline(job, spec)
+    summary = run_pipeline(job, spec, samples=SAMPLES)
 
     table = pq.read_table(tmp_path / "out")
     assert table.column_names == ["path", "generated_caption", "error"]

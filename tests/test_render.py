@@ -79,12 +79,12 @@ def test_job_yaml_example_loads_with_anyscale_and_points_at_its_staged_job() -> 
     [workers] = config.compute_config.worker_nodes
     assert (workers.instance_type, workers.min_nodes, workers.max_nodes) == ("g6.2xlarge", 0, 10)
     module, job_flag, job_path, spec_flag, spec_path = config.entrypoint.split()[2:7]
-    assert (module, job_flag, spec_flag) == ("toolkit.run.entrypoint", "--job", "--spec")
+    assert (module, job_flag, spec_flag) == ("toolkit.cli.entrypoint", "--job", "--spec")
     # The staged files it names are in the project it was rendered in.
     loaded = read_spec_file(load_job(job_path), Path(spec_path))
     assert loaded.data.rows == 1_000_000
     assert config.py_modules == [".toolkit/py_modules/toolkit"]
-    assert Path(".toolkit/py_modules/toolkit/run/entrypoint.py").is_file()
+    assert Path(".toolkit/py_modules/toolkit/cli/entrypoint.py").is_file()
     assert not any(spec_path.startswith(e) for e in config.excludes)
 
 
@@ -97,7 +97,7 @@ def test_every_builtin_job_renders_to_a_valid_anyscale_job(job: str, tmp_path: P
     config = anyscale_job_config(path)
     staged = result.spec_path.parent.as_posix()
     assert config.entrypoint == (
-        f"python -m toolkit.run.entrypoint --job {staged}/job.yaml --spec {staged}/spec.json")
+        f"python -m toolkit.cli.entrypoint --job {staged}/job.yaml --spec {staged}/spec.json")
     assert (tmp_path / result.spec_path).is_file()
     # The staged job loads on its own, as the entrypoint will load it on the cluster.
     staged_job = load_job(str(tmp_path / staged / "job.yaml"))

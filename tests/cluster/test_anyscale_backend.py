@@ -67,7 +67,7 @@ def seed_job(client: FakeAnyscaleClient, job_id: str, state: str,
         project=MiniProject(id=project_id, name="default",
                             local_vars_configuration=OPENAPI_NO_VALIDATION),
         config=ProductionJobConfig(
-            entrypoint="python -m toolkit.run.entrypoint --job .toolkit/specs/x/job.yaml --spec .toolkit/specs/x/spec.json",
+            entrypoint="python -m toolkit.cli.entrypoint --job .toolkit/specs/x/job.yaml --spec .toolkit/specs/x/spec.json",
             runtime_env=RayRuntimeEnvConfig(env_vars={"HF_TOKEN": "hf_seeded"},
                                             local_vars_configuration=OPENAPI_NO_VALIDATION),
             build_id=client.DEFAULT_CLUSTER_ENV_BUILD_ID,
@@ -99,7 +99,7 @@ def test_submit_sends_the_rendered_config_with_secrets_in_memory(
     assert sent.name == "text-industry"
     assert sent.config.entrypoint == submission.request.entrypoint
     assert sent.config.entrypoint.startswith(
-        "python -m toolkit.run.entrypoint --job .toolkit/specs/text-industry-")
+        "python -m toolkit.cli.entrypoint --job .toolkit/specs/text-industry-")
     assert sent.config.max_retries == 2
     runtime_env = sent.config.runtime_env
     assert runtime_env["user_provided_working_dir"] == str(tmp_path)
@@ -132,7 +132,7 @@ def test_status_maps_anyscale_states(backend: AnyscaleBackend, fake_client: Fake
     info = backend.status("job-1")
     assert info.status == expected
     assert info.name == "text-industry"
-    assert info.entrypoint == "python -m toolkit.run.entrypoint --job .toolkit/specs/x/job.yaml --spec .toolkit/specs/x/spec.json"
+    assert info.entrypoint == "python -m toolkit.cli.entrypoint --job .toolkit/specs/x/job.yaml --spec .toolkit/specs/x/spec.json"
     assert info.url == "https://console.example/jobs/job-1"
     assert "hf_seeded" not in info.model_dump_json()
 

@@ -177,6 +177,6 @@ def test_submit_ships_the_users_project_and_the_toolkit(installed: Installed, pr
     config = JobConfig.from_yaml(str(project / "job.yaml"))
     assert config.working_dir == "."
     assert config.py_modules == [".toolkit/py_modules/toolkit"]
-    assert (project / ".toolkit/py_modules/toolkit/run/entrypoint.py").is_file()
+    assert (project / ".toolkit/py_modules/toolkit/cli/entrypoint.py").is_file()
     text = (project / "job.yaml").read_text()
     assert "site-packages" not in text and str(REPO) not in text

@@ -84,7 +84,7 @@ def test_status_shows_the_finished_job(smoke_job) -> None:
     assert result.exit_code == 0
     assert result.stdout.startswith(f"Job {job_id}: SUCCEEDED\n")
     assert "  name:       text-industry\n" in result.stdout
-    assert "python -m toolkit.run.entrypoint --job .toolkit/specs/text-industry-" in result.stdout
+    assert "python -m toolkit.cli.entrypoint --job .toolkit/specs/text-industry-" in result.stdout
     # The run's own summary, read back from its output directory.
     assert "  rows in:       200\n" in result.stdout
     assert "  rows written:  200 (200 ok, 0 with an error)\n" in result.stdout

@@ -30,7 +30,7 @@ def test_text_industry_builds_the_seed_processor(local_ray, tiny_chat_model):
 def test_rows_ask_vllm_for_one_of_the_choices():
     job = load_job("text-industry")
     spec = load_job_spec(job)
-    params = engine_sampling_params(spec.sampling, job.structured_output(spec.options))
+    params = engine_sampling_params(spec.sampling, job.structured_output(job.options_of(spec)))
     assert params == {
         "temperature": 0.0,
         "max_tokens": 16,

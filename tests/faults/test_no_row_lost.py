@@ -20,6 +20,7 @@ from toolkit.errors import JobFailedError
 from toolkit.spec.catalog import load_job
 from toolkit.run.local_run import run_job
 from toolkit.run.pipeline import run_pipeline
+from toolkit.samples.provider import SAMPLES
 from toolkit.spec.loading import load_job_spec
 
 ROWS = 2000
@@ -146,7 +147,7 @@ def test_poison_rows_are_error_rows_on_exactly_those_ids(local_ray, poisoned_csv
     job = load_job("text-industry")
     spec = load_job_spec(job, smoke=True, overrides={"data.input": str(csv),
                                                      "data.output": str(tmp_path / "out")})
-    summary = run_pipeline(job, spec)
+    summary = run_pipeline(job, spec, samples=SAMPLES)
 
     table = pq.read_table(tmp_path / "out").to_pylist()
     assert len(table) == 500 and len({r["Index"] for r in table}) == 500
@@ -163,7 +164,7 @@ def test_strict_fails_the_run_and_names_the_bad_row(local_ray, poisoned_csv, tmp
     spec = load_job_spec(job, smoke=True, overrides={
         "data.input": str(csv), "data.output": str(tmp_path / "out"), "strict": True})
     with pytest.raises(JobFailedError) as excinfo:
-        run_job(job, spec)
+        run_job(job, spec, samples=SAMPLES)
     message = excinfo.value.format_message()
     assert "StrictModeError: --strict: row Index=" in message
     bad_id = message.split("row Index='")[1].split("'")[0]

@@ -142,8 +142,10 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
         for warning in connection.warnings:
             click.echo(f"Warning: {warning}", err=True)
 
+    from toolkit.samples.provider import SAMPLES
+
     summary = run_job(job_def, spec, overwrite=overwrite, address=address,
-                      on_connected=show_connection)
+                      on_connected=show_connection, samples=SAMPLES)
     click.echo(format_summary(summary))
 
 

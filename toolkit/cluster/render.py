@@ -234,7 +234,7 @@ def prepare_submission(
         env_vars.update({k: environ[k] for k in LOCAL_ENV_VARS if environ.get(k)})
     check_no_secrets(env_vars, "the job's env_vars")
     entrypoint = shlex.join(
-        ["python", "-m", "toolkit.run.entrypoint", "--job", staged.job_file.as_posix(),
+        ["python", "-m", "toolkit.cli.entrypoint", "--job", staged.job_file.as_posix(),
          "--spec", staged.spec_file.as_posix()]
         + (["--overwrite"] if overwrite else [])
     )

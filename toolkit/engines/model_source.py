@@ -1,9 +1,9 @@
 """Turn a spec's ``engine.model`` into something an engine can load.
 
-``sample:`` sources are tiny random-weight models built offline on the node that
-needs them (deterministic, seconds), so a smoke run works on a laptop or a cluster
-without any download. Anything else is passed through as a Hugging Face id or a
-local checkpoint directory.
+A Hugging Face id or a local checkpoint directory is passed through. A
+``sample:`` model (a tiny random-weight model for smoke runs) is built by the
+sample provider the run was given, on the node whose engine asks for it
+(deterministic, seconds), so a smoke run needs no download anywhere.
 """
 
 from __future__ import annotations
@@ -11,25 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.errors import SpecError
-from toolkit.spec.models import SAMPLE_PREFIX
-
-SAMPLE_MODELS = ("tiny-chat", "tiny-vision")
+from toolkit.spec.sample_sources import SampleProvider, require_sample, sample_name
 
 
-def check_model_source(source: str) -> None:
+def check_model_source(source: str, samples: SampleProvider | None = None) -> None:
     """Fail fast, on the driver, for a model that can't exist (nothing is loaded).
 
     Raises:
-        SpecError: an unknown ``sample:`` name, or a local-looking path that isn't a
-            checkpoint directory. Hub ids are left to the engine, which may have
-            network access and credentials this machine lacks.
+        SpecError: a ``sample:`` model without a provider that has it, or a
+            local-looking path that isn't a checkpoint directory. Hub ids are left
+            to the engine, which may have network access and credentials this
+            machine lacks.
     """
-    if source.startswith(SAMPLE_PREFIX):
-        if source[len(SAMPLE_PREFIX):] not in SAMPLE_MODELS:
-            raise SpecError(
-                f"engine.model: unknown sample model {source!r}.",
-                hint=f"Use one of: {', '.join(SAMPLE_PREFIX + m for m in SAMPLE_MODELS)}.",
-            )
+    if sample_name(source) is not None:
+        require_sample("engine.model", source, samples, "model")
         return
     if not (source.startswith(("/", "./", "../", "~")) or Path(source).exists()):
         return
@@ -47,19 +42,15 @@ def check_model_source(source: str) -> None:
         )
 
 
-def resolve_model_source(source: str) -> str:
+def resolve_model_source(source: str, samples: SampleProvider | None = None) -> str:
     """Return a loadable model id or directory for ``source``, building samples on demand.
 
     Raises:
         SpecError: as ``check_model_source``.
     """
-    check_model_source(source)
-    if source == SAMPLE_PREFIX + "tiny-chat":
-        from toolkit.samples.tiny_model import tiny_chat_model_path
-
-        return str(tiny_chat_model_path())
-    if source == SAMPLE_PREFIX + "tiny-vision":
-        from toolkit.samples.tiny_vision_model import tiny_vision_model_path
-
-        return str(tiny_vision_model_path())
+    check_model_source(source, samples)
+    name = sample_name(source)
+    if name is not None:
+        assert samples is not None
+        return samples.model_path(name)
     return str(Path(source).expanduser()) if source.startswith("~") else source

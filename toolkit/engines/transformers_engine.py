@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.spec.models import EngineConfig
+    from toolkit.spec.sample_sources import SampleProvider
 
 
 def structured_output_grammar(constraint: dict[str, Any]) -> tuple[str, str]:
@@ -64,6 +65,7 @@ class TransformersChatEngine:
         engine_kwargs: dict[str, Any],
         use_gpu: bool = False,
         num_threads: int = 1,
+        samples: "SampleProvider | None" = None,
     ) -> None:
         import torch
 
@@ -73,7 +75,7 @@ class TransformersChatEngine:
         self.torch = torch
         self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         self.tokenizer, self.model = self._load(
-            resolve_model_source(model_source), engine_kwargs.get("dtype", "auto")
+            resolve_model_source(model_source, samples), engine_kwargs.get("dtype", "auto")
         )
         # Decoder-only batch generation: new tokens must follow every prompt directly.
         self.tokenizer.padding_side = "left"
@@ -222,7 +224,10 @@ class TransformersChatEngine:
 
 
 def apply_transformers_engine(
-    ds: "Dataset", engine: "EngineConfig", udf: type = TransformersChatEngine
+    ds: "Dataset",
+    engine: "EngineConfig",
+    udf: type = TransformersChatEngine,
+    samples: "SampleProvider | None" = None,
 ) -> "Dataset":
     """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors."""
     use_gpu = engine.accelerator_type is not None
@@ -233,6 +238,7 @@ def apply_transformers_engine(
             "engine_kwargs": dict(engine.engine_kwargs),
             "use_gpu": use_gpu,
             "num_threads": max(1, int(engine.num_cpus)),
+            "samples": samples,
         },
         batch_size=engine.batch_size,
         batch_format="numpy",

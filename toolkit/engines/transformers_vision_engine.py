@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.spec.models import EngineConfig
+    from toolkit.spec.sample_sources import SampleProvider
 
 __all__ = [
     "TransformersVisionEngine",
@@ -152,9 +153,11 @@ class TransformersVisionEngine(TransformersChatEngine):
         return encoded.to(self.device, dtype=self.model.dtype)
 
 
-def apply_transformers_vision_engine(ds: "Dataset", engine: "EngineConfig") -> "Dataset":
+def apply_transformers_vision_engine(
+    ds: "Dataset", engine: "EngineConfig", samples: "SampleProvider | None" = None
+) -> "Dataset":
     """Run ``TransformersVisionEngine`` over ``ds`` on ``engine.concurrency`` actors."""
-    return apply_transformers_engine(ds, engine, udf=TransformersVisionEngine)
+    return apply_transformers_engine(ds, engine, udf=TransformersVisionEngine, samples=samples)
 
 
 # --------------------------------------------------------------------------- internals

@@ -17,9 +17,12 @@ if TYPE_CHECKING:
     from ray.data.llm import Processor
 
     from toolkit.spec.models import EngineConfig
+    from toolkit.spec.sample_sources import SampleProvider
 
 
-def build_vllm_processor(engine: "EngineConfig", multimodal: bool = False) -> "Processor":
+def build_vllm_processor(
+    engine: "EngineConfig", multimodal: bool = False, samples: "SampleProvider | None" = None
+) -> "Processor":
     """A Ray Data LLM processor for ``engine``; apply it with ``processor(ds)``.
 
     Rows that fail in the engine come back with ``__inference_error__`` set
@@ -29,7 +32,9 @@ def build_vllm_processor(engine: "EngineConfig", multimodal: bool = False) -> "P
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
     config = vLLMEngineProcessorConfig(
-        model_source=resolve_model_source(engine.model),
+        # A sample model is built here on the driver: vLLM workers need a path they
+        # can read, which only a shared filesystem or a local head gives them.
+        model_source=resolve_model_source(engine.model, samples),
         engine_kwargs=dict(engine.engine_kwargs),
         batch_size=engine.batch_size,
         concurrency=engine.concurrency,
@@ -40,5 +45,10 @@ def build_vllm_processor(engine: "EngineConfig", multimodal: bool = False) -> "P
     return build_processor(config)
 
 
-def apply_vllm_engine(ds: "Dataset", engine: "EngineConfig", multimodal: bool = False) -> "Dataset":
-    return build_vllm_processor(engine, multimodal=multimodal)(ds)
+def apply_vllm_engine(
+    ds: "Dataset",
+    engine: "EngineConfig",
+    multimodal: bool = False,
+    samples: "SampleProvider | None" = None,
+) -> "Dataset":
+    return build_vllm_processor(engine, multimodal=multimodal, samples=samples)(ds)

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
 
-SAMPLE_INPUTS = ("customers", "images")
 HF_PREFIX = "hf://"
 _HEAD_BYTES = 1 << 16
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
@@ -63,19 +62,6 @@ def _check_local_input(data: DataConfig) -> None:
         )
 
 
-def sample_images_folder(count: int, seed: int) -> Path:
-    """Generated pictures (1 in 25 deliberately broken) in the sample cache."""
-    from toolkit.samples.images import write_sample_images
-    from toolkit.samples.tiny_model import sample_cache_dir
-
-    corrupt = max(1, count // 25)
-    directory = sample_cache_dir() / "samples" / f"images-{count}-corrupt{corrupt}-seed{seed}"
-    if not (directory / ".complete").exists():
-        write_sample_images(directory, count=count, corrupt=corrupt, seed=seed)
-        (directory / ".complete").touch()
-    return directory
-
-
 def read_image_folder(path: str) -> "Dataset":
     """One row per image file: ``bytes`` and ``path`` (the stable id)."""
     import ray.data
@@ -99,7 +85,7 @@ def read_huggingface(name: str) -> "Dataset":
 def open_input(data: DataConfig) -> "Dataset":
     """A lazy Dataset over a file, folder, URL or ``hf://`` input (nothing is read yet).
 
-    Generated ``sample:`` inputs are opened by ``resumable_input.open_run_source``.
+    Generated ``sample:`` inputs come from a sample provider (``run_source``).
 
     Raises:
         InputDataError: a local input that is missing or empty.

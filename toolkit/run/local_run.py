@@ -11,6 +11,7 @@ from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enable
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.run.summary import RunSummary
 from toolkit.spec.models import JobSpec
+from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
     from toolkit.run.ray_connection import RayConnection
@@ -22,6 +23,7 @@ def run_job(
     overwrite: bool = False,
     address: str | None = None,
     on_connected: Callable[[RayConnection], None] | None = None,
+    samples: SampleProvider | None = None,
 ) -> RunSummary:
     """Connect to Ray (embedded unless ``address``/RAY_ADDRESS) and run the pipeline.
 
@@ -31,6 +33,7 @@ def run_job(
         on_connected: called once Ray is up with the connection: which cluster was
             joined, its Ray Dashboard URL, and warnings about ``data.output`` as
             the cluster's nodes see it, so a caller can show them during the run.
+        samples: Serves ``sample:`` inputs and models (the CLI's ``--smoke``).
 
     Raises:
         ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
@@ -60,7 +63,7 @@ def run_job(
     if connection.started_here:
         check_runs_locally(spec)
     try:
-        return run_pipeline(job, spec, overwrite=overwrite)
+        return run_pipeline(job, spec, overwrite=overwrite, samples=samples)
     except ToolkitError:
         raise
     except Exception as exc:

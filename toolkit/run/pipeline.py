@@ -33,6 +33,7 @@ from toolkit.run.summary import RunSummary, read_summary, summarize_output
 from toolkit.spec.catalog import USER_MODULE_PREFIX
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, SamplingConfig
+from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -148,7 +149,10 @@ def finish_batch(
 
 
 def build_dataset(
-    job: JobDefinition[Any], spec: JobSpec, run_dir: RunDirectory
+    job: JobDefinition[Any],
+    spec: JobSpec,
+    run_dir: RunDirectory,
+    samples: SampleProvider | None = None,
 ) -> tuple["Dataset", RunSource]:
     """The lazy pipeline for ``spec``: checked against the input, not yet executed.
 
@@ -156,7 +160,7 @@ def build_dataset(
         InputDataError: the input is unreadable or lacks a required column (this
             happens before any model loads).
     """
-    check_model_source(spec.engine.model)
+    check_model_source(spec.engine.model, samples)
     options = job.options_of(spec)
     result_columns = job.result_columns(options)
     seen: dict[str, "pa.Schema"] = {}
@@ -166,7 +170,7 @@ def build_dataset(
         check_required_columns(schema, list(dict.fromkeys(required)), spec.data.input)
         seen["schema"] = schema
 
-    source = open_run_source(spec, run_dir, check_schema=check)
+    source = open_run_source(spec, run_dir, check_schema=check, samples=samples)
     sampling_params = engine_sampling_params(spec.sampling, job.structured_output(options))
     ds = source.dataset.map(
         prepare_row,
@@ -176,7 +180,7 @@ def build_dataset(
             "sampling_params": sampling_params,
         },
     )
-    ds = apply_engine(ds, spec.engine, multimodal=job.multimodal)
+    ds = apply_engine(ds, spec.engine, multimodal=job.multimodal, samples=samples)
     dropped = job.drop_columns(options) if job.drop_columns else []
     ds = ds.map_batches(
         finish_batch,
@@ -209,7 +213,12 @@ def ship_job_code_by_value(job: JobDefinition[Any]) -> None:
             cloudpickle.register_pickle_by_value(module)
 
 
-def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False) -> RunSummary:
+def run_pipeline(
+    job: JobDefinition[Any],
+    spec: JobSpec,
+    overwrite: bool = False,
+    samples: SampleProvider | None = None,
+) -> RunSummary:
     """Run ``spec`` on the connected Ray cluster and return the written-output summary.
 
     A rerun with the same spec and output resumes an interrupted run (only rows
@@ -219,6 +228,8 @@ def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False
         job: The job definition (its preprocess/postprocess and columns).
         spec: The validated spec.
         overwrite: Replace results the toolkit wrote earlier in ``spec.data.output``.
+        samples: Serves ``sample:`` inputs and models (smoke runs; see
+            :mod:`toolkit.spec.sample_sources`).
 
     Raises:
         InputDataError: bad input, found before any model loads.
@@ -243,7 +254,7 @@ def run_pipeline(job: JobDefinition[Any], spec: JobSpec, overwrite: bool = False
     # switched on before the pipeline is built, not just before it runs.
     config = checkpoint_config(run_dir, spec.data.id_column) if resumable else None
     with checkpointing(config):
-        ds, source = build_dataset(job, spec, run_dir)
+        ds, source = build_dataset(job, spec, run_dir, samples)
         write_id = run_dir.begin_write()
         write_results(ds, run_dir, spec.data.output_format, write_id)
     # Rows this run wrote, counted from the files' own metadata.

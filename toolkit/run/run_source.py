@@ -4,7 +4,8 @@ Ray Data checkpointing (``ray.data.checkpoint.CheckpointConfig``) records the id
 every written row and, on a rerun, drops those rows right at the Read operator. It
 applies to read -> map -> write plans, so:
 
-- generated samples are a datasource (their Read yields ``Index``);
+- generated samples come from the caller's sample provider as a datasource
+  (their Read yields the id column);
 - a ``--rows``-limited file input is staged once into ``<output>/_input`` (the
   limit and the split into blocks happen there), and the run reads that; a
   resumed run reads the very same rows, where ``limit`` after a filtered read
@@ -21,23 +22,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from toolkit.errors import SpecError
-from toolkit.run.input_data import (
-    HF_PREFIX,
-    SAMPLE_INPUTS,
-    input_schema,
-    open_input,
-    read_image_folder,
-    sample_images_folder,
-)
+from toolkit.run.input_data import HF_PREFIX, input_schema, open_input
 from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
+from toolkit.spec.sample_sources import SampleProvider, require_sample
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
 
-DEFAULT_SAMPLE_ROWS = 1000
 _STAGED_MARKER = "_complete"
 
 NOT_RESUMABLE_NOTE = (
@@ -55,7 +48,10 @@ class RunSource:
 
 
 def open_run_source(
-    spec: JobSpec, run_dir: RunDirectory, check_schema: Callable[["pa.Schema"], None]
+    spec: JobSpec,
+    run_dir: RunDirectory,
+    check_schema: Callable[["pa.Schema"], None],
+    samples: SampleProvider | None = None,
 ) -> RunSource:
     """The dataset a run reads, shaped so that a rerun can resume it.
 
@@ -66,8 +62,9 @@ def open_run_source(
 
     data = spec.data
     if data.input.startswith(SAMPLE_PREFIX):
-        ds = _sample_dataset(data.input[len(SAMPLE_PREFIX):], data.rows, data.seed,
-                             data.partitions)
+        name = require_sample("data.input", data.input, samples, "input")
+        assert samples is not None
+        ds = samples.open_input(name, data.rows, data.seed, data.partitions)
         check_schema(input_schema(ds, data.input))
         return RunSource(ds, True)
     ds = open_input(data)
@@ -77,23 +74,6 @@ def open_run_source(
     if data.rows is None:
         return RunSource(ds, True)
     return RunSource(ray.data.read_parquet(stage_input(spec, run_dir)), True)
-
-
-def _sample_dataset(name: str, rows: int | None, seed: int, partitions: int | None) -> "Dataset":
-    import ray.data
-
-    if name == "customers":
-        from toolkit.samples.customers_datasource import CustomersDatasource
-
-        rows = rows or DEFAULT_SAMPLE_ROWS
-        blocks = partitions or max(1, min(64, math.ceil(rows / 20_000)))
-        return ray.data.read_datasource(CustomersDatasource(rows, seed), override_num_blocks=blocks)
-    if name == "images":
-        return read_image_folder(str(sample_images_folder(rows or 50, seed)))
-    raise SpecError(
-        f"data.input: unknown sample input {SAMPLE_PREFIX + name!r}.",
-        hint=f"Use one of: {', '.join(SAMPLE_PREFIX + s for s in SAMPLE_INPUTS)}.",
-    )
 
 
 def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:

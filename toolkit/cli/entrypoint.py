@@ -1,9 +1,10 @@
-"""What a submitted job runs on the cluster: ``python -m toolkit.run.entrypoint``.
+"""What a submitted job runs on the cluster: ``python -m toolkit.cli.entrypoint``.
 
 ``--job`` names the job (a job file staged next to the spec, or a built-in) and
 ``--spec`` the serialised spec; both travel in the uploaded working dir, and the
-toolkit itself reaches the cluster as a ``py_modules`` entry. The first thing it
-does is check that the packages the run needs are importable, so a cluster image
+toolkit itself reaches the cluster as a ``py_modules`` entry. It is the
+cluster-side twin of ``toolkit run``: it serves ``sample:`` inputs and models to
+smoke jobs, as the CLI does. The first thing it does is check that the packages the run needs are importable, so a cluster image
 without them fails in seconds with a message that says what to install.
 """
 
@@ -53,7 +54,7 @@ def check_packages(engine_kind: str | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Load the job and its spec, join Ray, run the pipeline, print the summary."""
-    parser = argparse.ArgumentParser(prog="python -m toolkit.run.entrypoint",
+    parser = argparse.ArgumentParser(prog="python -m toolkit.cli.entrypoint",
                                      description="Run one batch-llm-toolkit job from its spec.")
     parser.add_argument("--job", required=True,
                         help="job file (YAML or Python) or built-in job name")
@@ -75,7 +76,9 @@ def main(argv: list[str] | None = None) -> None:
         connection = connect_ray()
         if connection.dashboard_url:
             print(f"Ray Dashboard: {connection.dashboard_url}", flush=True)
-        summary = run_pipeline(job, spec, overwrite=args.overwrite)
+        from toolkit.samples.provider import SAMPLES
+
+        summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES)
     except ToolkitError as exc:
         if debug_enabled():
             raise

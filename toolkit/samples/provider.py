@@ -1,0 +1,67 @@
+"""The samples a smoke run reads and loads, as the pipeline asks for them by name.
+
+Light to import (no torch): the tiny models are built only when an engine asks.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+DEFAULT_SAMPLE_ROWS = 1000
+DEFAULT_SAMPLE_IMAGES = 50
+
+
+class BuiltinSamples:
+    """``sample:customers``, ``sample:images``, ``sample:tiny-chat``, ``sample:tiny-vision``."""
+
+    input_names = ("customers", "images")
+    model_names = ("tiny-chat", "tiny-vision")
+
+    def open_input(self, name: str, rows: int | None, seed: int,
+                   partitions: int | None) -> "Dataset":
+        import ray.data
+
+        if name == "customers":
+            from toolkit.samples.customers_datasource import CustomersDatasource
+
+            rows = rows or DEFAULT_SAMPLE_ROWS
+            blocks = partitions or max(1, min(64, math.ceil(rows / 20_000)))
+            return ray.data.read_datasource(CustomersDatasource(rows, seed),
+                                            override_num_blocks=blocks)
+        if name == "images":
+            from toolkit.run.input_data import read_image_folder
+
+            return read_image_folder(str(sample_images_folder(rows or DEFAULT_SAMPLE_IMAGES, seed)))
+        raise ValueError(f"no sample input {name!r}")
+
+    def model_path(self, name: str) -> str:
+        if name == "tiny-chat":
+            from toolkit.samples.tiny_model import tiny_chat_model_path
+
+            return str(tiny_chat_model_path())
+        if name == "tiny-vision":
+            from toolkit.samples.tiny_vision_model import tiny_vision_model_path
+
+            return str(tiny_vision_model_path())
+        raise ValueError(f"no sample model {name!r}")
+
+
+def sample_images_folder(count: int, seed: int) -> Path:
+    """Generated pictures (1 in 25 deliberately broken) in the sample cache."""
+    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.tiny_model import sample_cache_dir
+
+    corrupt = max(1, count // 25)
+    directory = sample_cache_dir() / "samples" / f"images-{count}-corrupt{corrupt}-seed{seed}"
+    if not (directory / ".complete").exists():
+        write_sample_images(directory, count=count, corrupt=corrupt, seed=seed)
+        (directory / ".complete").touch()
+    return directory
+
+
+SAMPLES = BuiltinSamples()
