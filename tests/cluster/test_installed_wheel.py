@@ -167,6 +167,13 @@ def test_submit_ships_the_users_project_and_the_toolkit(installed: Installed, pr
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     written = pq.read_table(project / "results")
     assert written.num_rows == 40 and written["error"].null_count == 40
+    # A Python job travels as a copy of its file, staged beside its spec.
+    assert installed.toolkit("new", "review-words", "--python", cwd=project).returncode == 0
+    done = installed.toolkit("submit", "review-words", "--smoke", "--address", "local",
+                             "--follow", "--output", "words", cwd=project, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert pq.read_table(project / "words").num_rows == 8
+    assert list((project / ".toolkit" / "specs").glob("review-words-*/job_code.py"))
     assert _snapshot(installed.package) == before
 
     rendered = installed.toolkit("render", "./sentiment.yaml", "--input", "reviews.csv",

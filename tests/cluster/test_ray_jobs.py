@@ -155,13 +155,14 @@ def test_long_job_is_stopped_and_follow_exits_5(ray_head: LocalHead, tmp_path: P
 def test_failed_job_exits_4(ray_head: LocalHead, tmp_path: Path) -> None:
     output = tmp_path / "out"
     output.mkdir()
-    (output / "part-0.parquet").write_bytes(b"results of an earlier run")
+    (output / "part-0.parquet").write_bytes(b"results of another tool")
     result = invoke("submit", "text-industry", "--smoke", "--rows", "10",
                     "--output", str(output), "--address", "local", "--follow")
     assert result.exit_code == 4, result.output
     job_id = result.stdout.splitlines()[0]
     # The job's own error (from toolkit.run.run_directory), streamed with its logs.
-    assert "result file(s)" in result.stdout and "--overwrite" in result.stdout
+    assert "1 file(s) this toolkit did not write (part-0.parquet)" in result.stdout
+    assert (output / "part-0.parquet").read_bytes() == b"results of another tool"
     assert (f"Error: Job {job_id} FAILED: Job entrypoint command failed with exit code 2"
             in result.stderr)
     assert f"Hint: See why with `toolkit logs {job_id}`" in result.stderr

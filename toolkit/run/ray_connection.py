@@ -8,9 +8,9 @@ A failure to join becomes one :class:`~toolkit.errors.BackendUnavailableError`
 cluster wants a token, or its Ray/Python versions differ from this machine's.
 
 Example:
-    >>> connection = connect_ray("127.0.0.1:6379", output="out/industry")  # doctest: +SKIP
+    >>> connection = connect_ray("10.0.0.5:6379", output="s3://bucket/out")  # doctest: +SKIP
     >>> connection.address, connection.dashboard_url, connection.warnings  # doctest: +SKIP
-    ('10.0.0.5:6379', 'http://127.0.0.1:8265', ())
+    ('10.0.0.5:6379', 'http://10.0.0.5:8265', ())
 """
 
 from __future__ import annotations

@@ -211,10 +211,11 @@ class RayJobsBackend:
         """The runtime_env for ``request``: working_dir upload, env vars, pip unless local."""
         runtime_env: dict[str, Any] = {
             "working_dir": str(request.working_dir),
-            "py_modules": [str(request.working_dir / path) for path in request.py_modules],
             "excludes": list(request.excludes),
             "env_vars": {**request.env_vars, **secrets},
         }
+        if request.py_modules:
+            runtime_env["py_modules"] = [str(request.working_dir / p) for p in request.py_modules]
         if request.requirements and not self.local:
             runtime_env["pip"] = list(request.requirements)
         return runtime_env
