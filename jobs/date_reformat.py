@@ -7,14 +7,13 @@ accuracy. Dates no format can parse are error rows, not crashes.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import JobSpec, StrictModel
+from toolkit.spec.models import JobSpec, Regex, StrictModel
 
 REFERENCE_FORMAT = "%m-%d-%Y"
 
@@ -32,21 +31,12 @@ class DateReformatOptions(StrictModel):
     )
     system_prompt: str = Field(description="Instructions the model gets before each row.")
     user_prompt: str = Field(description="Per-row request; {date} is filled in for each row.")
-    answer_regex: str = Field(
+    answer_regex: Regex = Field(
         description=(
             "Regular expression the answer must match (vLLM structured outputs, and the "
             "same grammar in the transformers engine). It fixes the shape, not the value."
         )
     )
-
-    @field_validator("answer_regex")
-    @classmethod
-    def _compiles(cls, pattern: str) -> str:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return pattern
 
     @field_validator("user_prompt")
     @classmethod

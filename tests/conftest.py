@@ -42,6 +42,25 @@ def _own_folder_per_test(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def checkout_status() -> str | None:
+    """``git status`` of this checkout (None outside a git checkout, e.g. an sdist)."""
+    import subprocess
+
+    if not (CHECKOUT / ".git").exists():
+        return None
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                          cwd=CHECKOUT, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="session")
+def git_status():
+    """Call it before and after: the toolkit must never write into its own checkout."""
+    return checkout_status
+
+
 @pytest.fixture(scope="session")
 def local_ray():
     """A real Ray started in this process as ``toolkit run`` starts it, shut down at the end."""

@@ -234,6 +234,16 @@ def test_upload_size_warning_names_what_to_exclude(tmp_path: Path) -> None:
     assert upload_size_warning(tmp_path, [".git", "data"]) is None
 
 
+def test_render_from_a_users_folder_leaves_the_checkout_untouched(tmp_path: Path,
+                                                                  git_status) -> None:
+    before = git_status()
+    done = subprocess.run(["toolkit", *EXAMPLE_ARGS, "-o", "job.yaml"], cwd=tmp_path / "project",
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "project" / ".toolkit" / "specs").is_dir()
+    assert git_status() == before
+
+
 def test_render_does_not_import_ray_torch_or_transformers(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import json, sys

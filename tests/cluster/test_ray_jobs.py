@@ -78,6 +78,18 @@ def test_secrets_are_passed_by_name_never_shown(smoke_job) -> None:
     assert SECRET not in result.output
 
 
+def test_submitting_from_a_users_folder_leaves_the_checkout_untouched(
+        ray_head: LocalHead, tmp_path: Path, git_status) -> None:
+    before = git_status()
+    done = subprocess.run(
+        ["toolkit", "submit", "text-industry", "--smoke", "--rows", "20", "--output", "out",
+         "--address", "local", "--follow"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / ".toolkit" / "py_modules" / "toolkit").is_dir()
+    assert git_status() == before
+
+
 def test_status_shows_the_finished_job(smoke_job) -> None:
     _, job_id, _ = smoke_job
     result = invoke("status", job_id, "--address", "local")

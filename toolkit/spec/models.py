@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 SAMPLE_PREFIX = "sample:"
 
@@ -50,6 +50,18 @@ def parse_row_count(value: Any) -> int | None:
 
 
 RowCount = Annotated[int | None, BeforeValidator(parse_row_count)]
+
+
+def check_regex(pattern: str) -> str:
+    """A regular expression that compiles (for structured outputs)."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    return pattern
+
+
+Regex = Annotated[str, AfterValidator(check_regex)]
 
 
 class StrictModel(BaseModel):

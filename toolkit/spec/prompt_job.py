@@ -23,7 +23,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import JobSpec, StrictModel
+from toolkit.spec.models import JobSpec, Regex, StrictModel
 from toolkit.spec.row_contract import ERROR_COLUMN, GENERATED_TEXT_COLUMN, MESSAGES_COLUMN
 from toolkit.spec.row_contract import SAMPLING_PARAMS_COLUMN, plain
 
@@ -80,7 +80,7 @@ class OutputConfig(StrictModel):
         description="The answer must be exactly one of these (enforced while generating, "
         "so no row is wasted on an answer off the list). Short, distinct names work best.",
     )
-    regex: str | None = Field(
+    regex: Regex | None = Field(
         None,
         description="Regular expression the whole answer must match (enforced while "
         "generating). It fixes the answer's shape, not whether it is right.",
@@ -103,16 +103,6 @@ class OutputConfig(StrictModel):
             if len(set(choices)) != len(choices):
                 raise ValueError("choices must be distinct")
         return choices
-
-    @field_validator("regex")
-    @classmethod
-    def _regex_compiles(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
-        return pattern
 
     @field_validator("json_schema")
     @classmethod
