@@ -16,6 +16,8 @@ class ScriptedBackend:
 
     name = "scripted"
     poll_interval_s = 2.0
+    local = False
+    where = "a script"
 
     def __init__(self, steps: list[tuple[JobStatus, str]]):
         self.steps = steps
