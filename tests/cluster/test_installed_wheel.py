@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -59,8 +60,14 @@ def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools leaves build/ and *.egg-info beside the sources.
+    source = root / "source"
+    for name in ("toolkit", "jobs", "templates"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
-                    str(root / "dist"), str(REPO)], check=True, timeout=600)
+                    str(root / "dist"), str(source)], check=True, timeout=600)
     [wheel] = (root / "dist").glob("batch_llm_toolkit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "toolkit/builtin/templates/text-industry.yaml" in names
