@@ -29,6 +29,7 @@ import yaml
 from toolkit.spec.catalog import USER_MODULE_PREFIX, package_dir
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.prompt_job import PromptJobSpec
 
 STAGING_DIR = Path(".toolkit")
 SPECS_DIR = STAGING_DIR / "specs"
@@ -52,7 +53,7 @@ def job_bundle(job: JobDefinition[Any], spec: JobSpec) -> dict[str, str]:
     files = {SPEC_FILE: spec.model_dump_json(indent=2)}
     description = {"job": job.name, "description": job.description}
     module = sys.modules.get(job.preprocess.__module__)
-    if hasattr(spec, "prompt"):
+    if isinstance(spec, PromptJobSpec):
         dumped = spec.model_dump(mode="json")
         job_file: dict[str, Any] = {**description, "prompt": dumped["prompt"],
                                     "output": dumped["output"]}

@@ -261,8 +261,14 @@ def _describe(path: Path, builtin: bool, data: dict[str, Any] | None = None) -> 
 
 
 def _docstring_line(text: str) -> str:
-    match = re.match(r'\s*(?:#.*\n\s*)*[rub]*("""|\'\'\')\s*(.*)', text)
-    return match.group(2).strip().rstrip('"\'') if match else ""
+    """The first line of a Python file's docstring (its description), without running it."""
+    import ast
+
+    try:
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+    except SyntaxError:
+        return ""
+    return docstring.strip().splitlines()[0] if docstring.strip() else ""
 
 
 def check_job_name(name: str) -> str:
