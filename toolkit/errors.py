@@ -12,6 +12,7 @@ code meaning
 4    the job FAILED
 5    the job was STOPPED
 6    a bounded wait timed out
+7    a followed job wrote no row for ``--stall-timeout`` (``--fail-on-stall``)
 ==== =====================================================
 
 Tracebacks are shown only with ``TOOLKIT_DEBUG=1``.
@@ -71,3 +72,13 @@ class JobStoppedError(ToolkitError):
 
 class WaitTimeoutError(ToolkitError):
     exit_code = 6
+
+
+class JobStalledError(ToolkitError):
+    """A followed job wrote no row for ``--stall-timeout`` (with ``--fail-on-stall``).
+
+    The job itself keeps running: Ray Data LLM can hang instead of failing (for
+    example on a CUDA out-of-memory error, ray#59986), so only the watcher stops.
+    """
+
+    exit_code = 7

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHOICES = ["positive", "negative", "neutral"]

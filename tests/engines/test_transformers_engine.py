@@ -61,5 +61,6 @@ def test_over_long_prompts_and_earlier_errors_become_error_rows(engine):
     assert too_long["generated_text"] is None
     assert re.match(r"prompt is \d+ tokens, longer than max_model_len 256", too_long["error"])
     assert earlier == {
-        "generated_text": None, "num_generated_tokens": None, "error": "preprocess: blank"
+        "generated_text": None, "num_input_tokens": None, "num_generated_tokens": None,
+        "error": "preprocess: blank"
     }

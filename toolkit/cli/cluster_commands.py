@@ -1,4 +1,4 @@
-"""``toolkit render | submit | status | logs | stop | list``: jobs that run elsewhere.
+"""``toolkit render | plan | submit | status | logs | stop | list``: jobs that run elsewhere.
 
 Each command parses its flags, calls the library (:mod:`toolkit.cluster.render`,
 :mod:`toolkit.cluster.backends`, :mod:`toolkit.cluster.watching`) and prints. Human-readable notes
@@ -7,7 +7,7 @@ job's logs, ``status``/``list`` output (``--output json`` for machines).
 
 Exit codes (see :mod:`toolkit.errors`): 0 ok / job SUCCEEDED, 2 bad spec, flag or
 job id, 3 cluster unreachable or not logged in, 4 job FAILED, 5 job STOPPED, 6 a
-wait timed out.
+wait timed out, 7 a followed job stalled (``--fail-on-stall``).
 
 ``toolkit.cli`` registers ``CLUSTER_COMMANDS`` on its ``main`` group.
 """
@@ -15,6 +15,7 @@ wait timed out.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,33 +80,120 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
     )
 
 
-def _follow(target: Any, job_id: str, timeout: float, flags: str) -> None:
-    """Stream logs until the job ends; exit 0 / 4 / 5, or 6 on timeout."""
+def _sample_rows() -> dict[str, int]:
+    """Default rows of each ``sample:`` input (what a run of it without --rows makes)."""
+    from toolkit.samples.provider import DEFAULT_SAMPLE_IMAGES, DEFAULT_SAMPLE_ROWS
+
+    return {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES}
+
+
+def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
+    """Generators of ``sample:`` input rows, for measuring a job's prompts."""
+
+    def customers(rows: int, seed: int) -> list[dict[str, Any]]:
+        from toolkit.samples.customers import customers_batch
+
+        return customers_batch(0, rows, seed).to_pylist()
+
+    return {"customers": customers}
+
+
+class _ProgressDisplay:
+    """The progress line while following: redrawn in place on a terminal (stderr),
+    else printed as a line of its own each time it is reported."""
+
+    def __init__(self, live: bool) -> None:
+        self.live = live
+        self.line = ""
+
+    def _clear(self) -> None:
+        if self.live and self.line:
+            click.echo("\r\x1b[K", nl=False, err=True)
+
+    def _redraw(self) -> None:
+        if self.live and self.line:
+            click.echo(self.line, nl=False, err=True)
+
+    def progress(self, progress: Any) -> None:
+        line = f"progress: {progress.describe()}"
+        if self.live:
+            self._clear()
+            self.line = line
+            self._redraw()
+        else:
+            _note(line)
+
+    def log(self, text: str) -> None:
+        self._clear()
+        click.echo(text, nl=False)
+        if text.endswith("\n"):
+            self._redraw()
+
+    def note(self, message: str) -> None:
+        self._clear()
+        _note(message)
+        self._redraw()
+
+    def close(self) -> None:
+        self._clear()
+        self.line = ""
+
+
+def _follow(target: Any, job_id: str, timeout: float, flags: str,
+            stall_timeout: float | None = None, fail_on_stall: bool = False) -> None:
+    """Stream logs and progress until the job ends; exit 0 / 4 / 5, 6 on timeout, 7 on a
+    stall with ``fail_on_stall``."""
+    from toolkit.cluster.job_progress import DEFAULT_STALL_TIMEOUT_S, REPORT_INTERVAL_S, watch_job
+    from toolkit.cluster.watching import raise_for_outcome
     from toolkit.errors import WaitTimeoutError
-    from toolkit.cluster.watching import follow, raise_for_outcome
+
+    display = _ProgressDisplay(live=sys.stderr.isatty())
 
     def show_status(info: Any) -> None:
         if not info.status.is_terminal():
-            _note(f"Job {job_id} is {info.status}.")
+            display.note(f"Job {job_id} is {info.status}.")
 
     try:
-        info = follow(
-            target, job_id, timeout_s=timeout,
-            on_log=lambda text: click.echo(text, nl=False), on_status=show_status,
+        info = watch_job(
+            target, job_id, timeout_s=timeout, on_log=display.log, on_status=show_status,
+            on_progress=display.progress, on_stall=lambda m: display.note(f"Warning: {m}"),
+            stall_timeout_s=DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout,
+            fail_on_stall=fail_on_stall,
+            report_interval_s=0.0 if display.live else REPORT_INTERVAL_S,
+            sample_rows=_sample_rows(), flags=flags,
         )
     except KeyboardInterrupt:
+        display.close()
         _note(f"\nStopped following; the job keeps running. Stop it with: "
               f"toolkit stop {job_id}{flags}")
         raise SystemExit(130) from None
     except WaitTimeoutError as exc:
+        display.close()
         raise WaitTimeoutError(
             exc.message,
             hint=f"Watch it again with `toolkit logs {job_id}{flags} --follow`, or stop it "
             f"with `toolkit stop {job_id}{flags}`.",
         ) from None
+    finally:
+        display.close()
     took = f" in {info.duration_s:.1f} s" if info.duration_s is not None else ""
     _note(f"Job {job_id} {info.status}{took}.")
     raise_for_outcome(info)
+
+
+def _stall_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--stall-timeout`` and ``--fail-on-stall``, for every command that follows a job."""
+    command = click.option(
+        "--fail-on-stall", is_flag=True,
+        help="With --follow: stop following with exit code 7 when the job stalls (the job "
+             "keeps running).",
+    )(command)
+    return click.option(
+        "--stall-timeout", type=click.FloatRange(min=0), default=30 * 60.0, show_default=True,
+        metavar="SECONDS",
+        help="With --follow: warn when the job has written no row for this long (Ray Data LLM "
+             "can hang instead of failing, e.g. on CUDA out of memory).",
+    )(command)
 
 
 # --- render ------------------------------------------------------------------------
@@ -147,6 +235,45 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     _note(f"Submit it from {working_dir or 'this folder'}: anyscale job submit -f {job_yaml}")
 
 
+# --- plan --------------------------------------------------------------------------
+
+
+@click.command("plan")
+@spec_options
+@click.option("--from-run", "from_run", metavar="DIR",
+              help="Output directory of a finished pilot run of this job: its measured rows/s "
+                   "per worker replaces the throughput table.")
+@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD",
+              help="On-demand price of one worker instance per hour (default: the toolkit's "
+                   "table of AWS prices).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text, or json for scripts (--output is the spec's "
+                                      "output directory here).")
+def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
+                 from_run: str | None, price_per_hour: float | None, output_format: str,
+                 **kwargs: Any) -> None:
+    """Estimate JOB's wall time, GPU-hours and cost before running it.
+
+    Every figure says where it came from: the spec, a measurement (the model's
+    tokenizer over sample rows, a pilot run), an estimate, a table or a flag.
+
+    \b
+    Examples:
+      toolkit plan text-industry --rows 1M
+      toolkit submit text-industry --rows 2000 --output s3://b/pilot --follow
+      toolkit plan text-industry --rows 1M --from-run s3://b/pilot --price-per-hour 0.80
+    """
+    from toolkit.cluster.plan import plan_job
+
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    plan = plan_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
+                    sample_rows=_sample_rows(), sample_inputs=_sample_inputs())
+    if output_format == "json":
+        click.echo(json.dumps(plan.as_json(), indent=2))
+    else:
+        click.echo(plan.text())
+
+
 # --- submit ------------------------------------------------------------------------
 
 
@@ -158,11 +285,13 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
                    "5 STOPPED, 6 on --timeout.")
 @_timeout_option(DEFAULT_FOLLOW_TIMEOUT_S, "With --follow: stop watching after this long "
                                            "(the job keeps running).")
+@_stall_options
 @click.option("--overwrite", is_flag=True,
               help="Let the job replace results already in data.output.")
 @working_dir_option
 def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                    backend: str, address: str | None, follow: bool, timeout: float,
+                   stall_timeout: float, fail_on_stall: bool,
                    overwrite: bool, working_dir: Path | None, **kwargs: Any) -> None:
     """Submit JOB to a Ray cluster or Anyscale; print its id and how to watch it.
 
@@ -194,6 +323,9 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
         _note(SMOKE_WARNING)
     if secrets:
         _note(f"Passing from your environment: {describe_secrets(secrets)}")
+    estimate = _quick_estimate(job_def, spec)
+    if estimate:
+        _note(estimate)
     handle = target.submit(submission.request, secrets)
     flags = _target_flags(backend, address)
     click.echo(handle.job_id)
@@ -208,7 +340,20 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
         return
     _note(f"Following its logs (Ctrl-C stops watching, not the job; "
           f"`toolkit stop {handle.job_id}{flags}` stops it).")
-    _follow(target, handle.job_id, timeout, flags)
+    _follow(target, handle.job_id, timeout, flags, stall_timeout, fail_on_stall)
+
+
+def _quick_estimate(job_def: Any, spec: Any) -> str | None:
+    """The plan's one-line estimate, fast (no tokenizer, no counting files), or None on
+    any problem: an estimate must never slow down or fail a submit."""
+    try:
+        from toolkit.cluster.plan import plan_job
+
+        plan = plan_job(job_def, spec, sample_rows=_sample_rows(), use_tokenizer=False,
+                        count_rows=False)
+        return plan.one_line()
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 # --- status, logs, list, stop ------------------------------------------------------
@@ -238,17 +383,29 @@ def format_info(info: Any) -> str:
 @backend_options
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def status_command(job_id: str, backend: str, address: str | None, output: str) -> None:
-    """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)."""
+    """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) and progress.
+
+    Progress (rows done of rows total, rows/s since the job started, ETA) is read
+    from the job's output directory when this machine can reach it, else from the
+    progress lines in its log.
+    """
+    from toolkit.cluster.job_progress import job_progress
     from toolkit.run.summary import finished_job_summary
 
-    info = _open(backend, address).status(job_id)
+    target = _open(backend, address)
+    info = target.status(job_id)
     summary = finished_job_summary(info.output) if info.status.is_terminal() else None
+    progress = job_progress(info, summary=summary, logs=lambda: target.logs(job_id),
+                            sample_rows=_sample_rows())
     if output == "json":
         payload = info.model_dump(mode="json")
+        payload["progress"] = progress.as_json()
         payload["summary"] = summary.model_dump(mode="json") if summary else None
         click.echo(json.dumps(payload, indent=2))
         return
     click.echo(format_info(info))
+    if summary is None and progress.rows_done is not None:
+        click.echo(f"  {'progress:':11} {progress.describe()}")
     if summary is not None:
         from toolkit.run.summary_text import format_summary
 
@@ -262,12 +419,14 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
               help="Keep streaming until the job ends; exit 0 SUCCEEDED, 4 FAILED, 5 STOPPED, "
                    "6 on --timeout.")
 @_timeout_option(DEFAULT_FOLLOW_TIMEOUT_S, "With --follow: stop watching after this long.")
+@_stall_options
 def logs_command(job_id: str, backend: str, address: str | None, follow: bool,
-                 timeout: float) -> None:
-    """Print JOB_ID's logs (the driver's output)."""
+                 timeout: float, stall_timeout: float, fail_on_stall: bool) -> None:
+    """Print JOB_ID's logs (the driver's output); with --follow, and its progress."""
     target = _open(backend, address)
     if follow:
-        _follow(target, job_id, timeout, _target_flags(backend, address))
+        _follow(target, job_id, timeout, _target_flags(backend, address), stall_timeout,
+                fail_on_stall)
     else:
         click.echo(target.logs(job_id), nl=False)
 
@@ -328,5 +487,6 @@ def stop_command(job_id: str | None, backend: str, address: str | None, wait: bo
 
 
 CLUSTER_COMMANDS: list[click.Command] = [
-    render_command, submit_command, status_command, logs_command, stop_command, list_command
+    render_command, plan_command, submit_command, status_command, logs_command, stop_command,
+    list_command,
 ]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from toolkit.errors import SpecError, ToolkitError, debug_enabled
 
@@ -52,6 +54,18 @@ def check_packages(engine_kind: str | None = None) -> None:
         )
 
 
+def _report_progress(spec: Any) -> Callable[[], None]:
+    """Print ``progress: rows_done=... rows_total=... rows_per_second=...`` every
+    30 s while the run goes, for watchers that can't read its output directly
+    (``toolkit status``/``--follow`` parse it). Returns the function that stops it."""
+    from toolkit.cluster.job_progress import report_progress, rows_total_of
+    from toolkit.samples.provider import DEFAULT_SAMPLE_IMAGES, DEFAULT_SAMPLE_ROWS
+
+    defaults = {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES}
+    return report_progress(spec.data.output,
+                           rows_total_of(spec.model_dump(mode="json"), defaults))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Load the job and its spec, join Ray, run the pipeline, print the summary."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.cli.entrypoint",
@@ -78,7 +92,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"Ray Dashboard: {connection.dashboard_url}", flush=True)
         from toolkit.samples.provider import SAMPLES
 
-        summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES)
+        stop_progress = _report_progress(spec)
+        try:
+            summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES)
+        finally:
+            stop_progress()
     except ToolkitError as exc:
         if debug_enabled():
             raise

@@ -112,9 +112,15 @@ def show_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
 @click.option("--overwrite", is_flag=True, help="Replace results already in the output directory.")
 @click.option("--address", help="Ray cluster to run the driver against (default: RAY_ADDRESS, "
                                 "else a local Ray started for this run).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show Ray's own output (its logs, warnings and progress bars) here "
+                   "instead of in <output>/_logs/run.log.")
 def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
-                overwrite: bool, address: str | None, **kwargs: Any) -> None:
+                overwrite: bool, address: str | None, verbose: bool, **kwargs: Any) -> None:
     """Run JOB's pipeline from here, on a local Ray (or RAY_ADDRESS), and summarise it.
+
+    Shows one progress line (rows done of total, rows/s, ETA, error rows); Ray's
+    own output goes to <output>/_logs/run.log (-v shows it here instead).
 
     \b
     Examples:
@@ -123,29 +129,45 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
           --engine transformers --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
     """
     from toolkit.run.local_run import run_job
+    from toolkit.run.ray_output import default_log_file, terminal
+    from toolkit.run.progress import LIVE_INTERVAL_S, ProgressDisplay, plain_interval
     from toolkit.run.ray_connection import RayConnection
     from toolkit.run.summary_text import SMOKE_WARNING, format_summary
-
-    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
-    click.echo(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
-               f"{spec.data.input} -> {spec.data.output}", err=True)
-    if spec.uses_sample_model:
-        click.echo(SMOKE_WARNING, err=True)
-
-    def show_connection(connection: RayConnection) -> None:
-        url = connection.dashboard_url
-        if not connection.started_here:
-            click.echo(f"Joined the Ray cluster at {connection.address}"
-                       + (f" ({url})" if url else ""), err=True)
-        elif url:
-            click.echo(f"Ray Dashboard: {url}", err=True)
-        for warning in connection.warnings:
-            click.echo(f"Warning: {warning}", err=True)
-
     from toolkit.samples.provider import SAMPLES
 
-    summary = run_job(job_def, spec, overwrite=overwrite, address=address,
-                      on_connected=show_connection, samples=SAMPLES)
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    log_file = None if verbose else default_log_file(spec)
+    with terminal() as out:
+        # Under -v Ray draws its own bars, so ours is a plain line now and then.
+        live = out.isatty() and not verbose
+        display = ProgressDisplay(out, interactive=live, plain_interval_s=plain_interval())
+        display.message(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
+                        f"{spec.data.input} -> {spec.data.output}")
+        if spec.uses_sample_model:
+            display.message(SMOKE_WARNING)
+        if log_file:
+            display.message(f"Ray's own output goes to {log_file} (-v shows it here).")
+
+        def show_connection(connection: RayConnection) -> None:
+            url = connection.dashboard_url
+            if not connection.started_here:
+                display.message(f"Joined the Ray cluster at {connection.address}"
+                                + (f" ({url})" if url else ""))
+            elif url:
+                display.message(f"Ray Dashboard: {url}")
+            for warning in connection.warnings:
+                display.message(f"Warning: {warning}")
+
+        try:
+            summary = run_job(
+                job_def, spec, overwrite=overwrite, address=address,
+                on_connected=show_connection, samples=SAMPLES, log_file=log_file,
+                on_progress=display.show,
+                on_notice=lambda notice: display.message(f"Warning: {notice}"),
+                progress_interval_s=LIVE_INTERVAL_S if live else display.plain_interval_s,
+            )
+        finally:
+            display.close()
     click.echo(format_summary(summary))
 
 

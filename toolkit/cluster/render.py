@@ -24,7 +24,6 @@ test checks ``sys.modules``), so ``toolkit render`` runs in about a second.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import shlex
@@ -44,11 +43,7 @@ from toolkit.cluster.backends.base import (
 from toolkit.cluster.compute_table import worker_instance_type
 from toolkit.cluster.staging import PY_MODULES_DIR, stage_job, stage_toolkit
 from toolkit.errors import SpecError
-from toolkit.run.output_location import (  # noqa: F401 - re-exported
-    SHARED_STORAGE_PREFIXES,
-    is_remote_path,
-    output_location_warning,
-)
+from toolkit.run.output_location import is_remote_path, output_location_warning
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 

@@ -40,6 +40,7 @@ def follow(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_log: Callable[[str], None] | None = None,
     on_status: Callable[[JobInfo], None] | None = None,
+    on_poll: Callable[[JobInfo], None] | None = None,
     poll_interval_s: float | None = None,
     clock: Clock = REAL_CLOCK,
 ) -> JobInfo:
@@ -49,6 +50,9 @@ def follow(
         timeout_s: Give up after this many seconds (the job keeps running).
         on_log: Called with log text not shown before; ``None`` skips fetching logs.
         on_status: Called whenever the status changes (including the first poll).
+        on_poll: Called after every poll while the job has not ended (progress and
+            stall checks, see :mod:`toolkit.cluster.job_progress`); what it raises
+            ends the wait.
         poll_interval_s: Seconds between polls (default: the backend's).
         clock: Time source and sleep.
 
@@ -79,6 +83,8 @@ def follow(
                 shown = len(text)
         if info.status.is_terminal():
             return info
+        if on_poll is not None:
+            on_poll(info)
         remaining = deadline - clock.now()
         if remaining <= 0:
             raise WaitTimeoutError(

@@ -143,8 +143,9 @@ class TransformersChatEngine:
 
     def _generate(
         self, prompts: Sequence[Any], params: dict[str, Any]
-    ) -> list[tuple[str, int] | BaseException]:
-        """Generate for prompts sharing one set of sampling params: (text, tokens) per row."""
+    ) -> list[tuple[str, int, int] | BaseException]:
+        """Generate for prompts sharing one set of sampling params: per row, (text,
+        generated tokens, prompt tokens)."""
         torch = self.torch
         encoded = self._encode(prompts)
         prompt_len = encoded["input_ids"].shape[1]
@@ -171,17 +172,18 @@ class TransformersChatEngine:
         new_tokens = output[:, prompt_len:]
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         counts = (new_tokens != self.tokenizer.pad_token_id).sum(dim=1).tolist()
-        return list(zip(texts, counts))
+        prompt_counts = encoded["attention_mask"].sum(dim=1).tolist()
+        return list(zip(texts, counts, prompt_counts))
 
     def _generate_isolating_failures(
         self, prompts: Sequence[Any], params: dict[str, Any]
-    ) -> list[tuple[str, int] | BaseException]:
+    ) -> list[tuple[str, int, int] | BaseException]:
         try:
             return self._generate(prompts, params)
         except Exception:  # noqa: BLE001 - retried row by row to find the culprit
             if len(prompts) == 1:
                 raise
-        results: list[tuple[str, int] | BaseException] = []
+        results: list[tuple[str, int, int] | BaseException] = []
         for prompt in prompts:
             try:
                 results.extend(self._generate([prompt], params))
@@ -194,6 +196,7 @@ class TransformersChatEngine:
         errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
         generated: list[str | None] = [None] * size
         token_counts: list[int | None] = [None] * size
+        prompt_token_counts: list[int | None] = [None] * size
         groups: dict[str, list[tuple[int, Any]]] = {}
         group_params: dict[str, dict[str, Any]] = {}
         todo = [i for i in range(size) if not errors[i]]
@@ -213,11 +216,13 @@ class TransformersChatEngine:
                 if isinstance(result, BaseException):
                     errors[i] = f"engine error: {type(result).__name__}: {result}"
                 else:
-                    generated[i], token_counts[i] = result
+                    generated[i], token_counts[i], prompt_token_counts[i] = result
         # The prompt columns are consumed here; carrying them on only costs memory.
         batch.pop(MESSAGES_COLUMN)
         batch.pop(SAMPLING_PARAMS_COLUMN, None)
         batch["generated_text"] = object_column(generated)
+        # Ray Data LLM's vLLM stage names its token counts the same way.
+        batch["num_input_tokens"] = object_column(prompt_token_counts)
         batch["num_generated_tokens"] = object_column(token_counts)
         batch[ERROR_COLUMN] = object_column(errors)
         return batch
@@ -229,7 +234,28 @@ def apply_transformers_engine(
     udf: type = TransformersChatEngine,
     samples: "SampleProvider | None" = None,
 ) -> "Dataset":
-    """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors."""
+    """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors.
+
+    Ray's core worker logs, once per driver, an error-level line for these actors:
+    ``Actor with class name: 'MapWorker(...)' ... has constructor arguments in the
+    object store and max_restarts > 0`` (ray-project/ray#53727). It doesn't come from
+    the arguments below, which are small plain values inlined in the task spec: Ray
+    Data itself creates every pool actor with two object-store references,
+    ``ctx=ray.put(DataContext)`` and ``map_transformer=ray.put(MapTransformer)`` (which
+    carries the UDF and these kwargs), and with ``max_restarts=-1``
+    (``ray/data/_internal/execution/operators/actor_pool_map_operator.py``,
+    ``_start_actor`` and ``_apply_default_remote_args``); core_worker.cc warns on any
+    actor created with a by-reference argument and restarts allowed. A UDF without
+    any argument gets it too. The only way to silence it at the source,
+    ``max_restarts=0``, would stop Ray from bringing back an engine actor that was
+    killed (out of memory), so we keep restarts.
+
+    The risk it describes can't happen here: both objects are ``ray.put`` by the
+    driver, whose operator holds their references for the whole execution, so they
+    neither go out of scope while an actor may restart nor get lost short of losing
+    the driver's node, which ends the run anyway. ``toolkit run`` sends the line to
+    the run's log file with the rest of Ray's output (``toolkit.run.local_run``).
+    """
     use_gpu = engine.accelerator_type is not None
     return ds.map_batches(
         udf,

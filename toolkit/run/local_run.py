@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable
@@ -9,6 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
 from toolkit.spec.job_definition import JobDefinition
+from toolkit.run.ray_output import output_to, ray_data_quiet
+from toolkit.run.progress import (
+    LIVE_INTERVAL_S,
+    LogWatcher,
+    Progress,
+    ProgressReporter,
+    WrittenRows,
+    expected_rows,
+    reporting,
+)
 from toolkit.run.summary import RunSummary
 from toolkit.spec.models import JobSpec
 from toolkit.spec.sample_sources import SampleProvider
@@ -24,6 +35,10 @@ def run_job(
     address: str | None = None,
     on_connected: Callable[[RayConnection], None] | None = None,
     samples: SampleProvider | None = None,
+    log_file: str | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
+    progress_interval_s: float = LIVE_INTERVAL_S,
 ) -> RunSummary:
     """Connect to Ray (embedded unless ``address``/RAY_ADDRESS) and run the pipeline.
 
@@ -34,6 +49,17 @@ def run_job(
             joined, its Ray Dashboard URL, and warnings about ``data.output`` as
             the cluster's nodes see it, so a caller can show them during the run.
         samples: Serves ``sample:`` inputs and models (the CLI's ``--smoke``).
+        log_file: Send Ray's and the engine's output here (appended; e.g.
+            :func:`~toolkit.run.ray_output.default_log_file`) instead of this process's stdout/stderr, and
+            switch off Ray Data's progress bars. During the run anything written to
+            fds 1 and 2 lands there: write to a :func:`~toolkit.run.ray_output.terminal`
+            stream instead. A
+            Ray started here is shut down at the end, so its exit lines go there too.
+        on_progress: Called with the run's :class:`~toolkit.run.progress.Progress`
+            every ``progress_interval_s`` and once when it finished, from a
+            background thread.
+        on_notice: Called (from that thread) with what a user must know that Ray
+            only wrote to ``log_file``: a worker out of memory, a worker that died.
 
     Raises:
         ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
@@ -43,7 +69,7 @@ def run_job(
     from toolkit.run.input_data import HF_PREFIX
     from toolkit.run.pipeline import run_pipeline
     from toolkit.run.ray_connection import connect_ray, ray_target
-    from toolkit.run.run_directory import RunDirectory
+    from toolkit.run.run_directory import RunDirectory, RunState
 
     target = ray_target(address, os.environ)
     if target is not None and target.startswith("ray://"):
@@ -53,27 +79,44 @@ def run_job(
             hint="Run toolkit on a node of the cluster with --address HEAD:6379 (the GCS "
             "port), or let the cluster run it: toolkit submit JOB --address http://HEAD:8265.",
         )
-    # Refuse an unusable output directory before Ray starts (run_pipeline checks again,
-    # which the cluster entrypoint relies on; the check is idempotent).
-    RunDirectory(spec.data.output).prepare(
+    # Refuse an unusable output directory before Ray starts. run_pipeline checks again
+    # (the cluster entrypoint relies on that), with overwrite=False: --overwrite has
+    # been done here, and doing it again would delete this run's log file.
+    run_dir = RunDirectory(spec.data.output)
+    state = run_dir.prepare(
         spec, overwrite=overwrite, resumable=not spec.data.input.startswith(HF_PREFIX))
-    connection = connect_ray(address, output=spec.data.output)
-    if on_connected is not None:
-        on_connected(connection)
-    if connection.started_here:
-        check_runs_locally(spec)
-    try:
-        return run_pipeline(job, spec, overwrite=overwrite, samples=samples)
-    except ToolkitError:
-        raise
-    except Exception as exc:
-        if debug_enabled():
+    with output_to(log_file, job.name):
+        connection = connect_ray(address, output=spec.data.output)
+        try:
+            if on_connected is not None:
+                on_connected(connection)
+            if connection.started_here:
+                check_runs_locally(spec)
+            progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+            if on_progress is not None and state is not RunState.COMPLETE:
+                reporter = ProgressReporter(WrittenRows(run_dir, spec.data.output_format),
+                                            total=lambda: expected_rows(spec))
+                progress = reporting(reporter, on_progress, progress_interval_s,
+                                     LogWatcher(log_file) if log_file else None, on_notice)
+            with ray_data_quiet(log_file is not None), progress:
+                return run_pipeline(job, spec, overwrite=False, samples=samples,
+                                    log_file=log_file)
+        except ToolkitError:
             raise
-        raise JobFailedError(
-            f"The {job.name} run failed: {root_cause(exc)}",
-            hint="Rerun with TOOLKIT_DEBUG=1 for the full traceback; the Ray Dashboard "
-            "shows worker logs.",
-        ) from None
+        except Exception as exc:
+            if debug_enabled():
+                raise
+            raise JobFailedError(
+                f"The {job.name} run failed: {root_cause(exc)}",
+                hint="Rerun with TOOLKIT_DEBUG=1 for the full traceback; "
+                + (f"Ray's output is in {log_file}." if log_file else
+                   "the Ray Dashboard shows worker logs."),
+            ) from None
+        finally:
+            if log_file and connection.started_here:
+                import ray
+
+                ray.shutdown()
 
 
 def check_runs_locally(spec: JobSpec) -> None:

@@ -29,7 +29,7 @@ from toolkit.spec.row_contract import (
     plain,
     row_error,
 )
-from toolkit.run.summary import RunSummary, read_summary, summarize_output
+from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
 from toolkit.spec.catalog import USER_MODULE_PREFIX
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, SamplingConfig
@@ -104,12 +104,15 @@ def finish_row(
 def output_schema(
     input_schema: "pa.Schema", result_columns: dict[str, str], dropped: Sequence[str] = ()
 ) -> "pa.Schema":
-    """Input columns, then result columns, then ``error``: the same in every file."""
+    """Input columns, then result columns, then the engine's token counts
+    (``num_input_tokens``, ``num_generated_tokens``; null where the engine did not
+    run the row), then ``error``: the same in every file."""
     import pyarrow as pa
 
-    skip = {*result_columns, *dropped, ERROR_COLUMN}
+    skip = {*result_columns, *dropped, *TOKEN_COLUMNS, ERROR_COLUMN}
     fields = [f.with_nullable(True) for f in input_schema if f.name not in skip]
     fields += [pa.field(name, pa.type_for_alias(alias)) for name, alias in result_columns.items()]
+    fields += [pa.field(name, pa.int64()) for name in TOKEN_COLUMNS]
     fields.append(pa.field(ERROR_COLUMN, pa.string()))
     return pa.schema(fields)
 
@@ -138,6 +141,8 @@ def finish_batch(
     for row in rows:
         row = {k: plain(v) for k, v in row.items()}
         out = {name: row.get(name) for name in schema.names}
+        if row_error(row.get(ERROR_COLUMN)):  # rejected before the engine: it ran a placeholder
+            out.update(dict.fromkeys(TOKEN_COLUMNS))
         out.update(finish_row(row, postprocess, options, result_columns))
         if strict_id_column is not None and out[ERROR_COLUMN] is not None:
             raise StrictModeError(
@@ -218,6 +223,7 @@ def run_pipeline(
     spec: JobSpec,
     overwrite: bool = False,
     samples: SampleProvider | None = None,
+    log_file: str | None = None,
 ) -> RunSummary:
     """Run ``spec`` on the connected Ray cluster and return the written-output summary.
 
@@ -230,6 +236,7 @@ def run_pipeline(
         overwrite: Replace results the toolkit wrote earlier in ``spec.data.output``.
         samples: Serves ``sample:`` inputs and models (smoke runs; see
             :mod:`toolkit.spec.sample_sources`).
+        log_file: Where the caller sent Ray's output, recorded in the summary.
 
     Raises:
         InputDataError: bad input, found before any model loads.
@@ -245,6 +252,7 @@ def run_pipeline(
         if done is not None:
             return done.model_copy(update={
                 "rows_this_run": 0, "seconds": round(time.monotonic() - started, 2),
+                "log_file": log_file,
                 "notes": ["Already complete: the same spec finished here earlier, so "
                           "nothing was run. Use --overwrite to run it again."],
             })
@@ -265,6 +273,7 @@ def run_pipeline(
     summary = summarize_output(
         job, spec, run_dir, seconds=time.monotonic() - started,
         rows_in=rows_before + rows_this_run, rows_this_run=rows_this_run, notes=notes,
+        log_file=log_file,
     )
     run_dir.finish()
     return summary

@@ -11,7 +11,9 @@ Parquet/Arrow readers skip them:
   unfinished (what a rerun resumes from);
 - ``_input/``: the exact input rows of a ``--rows``-limited run, staged once so a
   resumed run reads the same rows;
-- ``_summary.json``: written when a run completes.
+- ``_summary.json``: written when a run completes;
+- ``_logs/run.log``: Ray's and the engine's own output during ``toolkit run``
+  (the terminal shows only the toolkit's progress), appended to by each run.
 
 Everything else in the directory is someone else's. The toolkit never deletes it:
 a directory holding such files is refused, with or without ``--overwrite``, and
@@ -39,8 +41,11 @@ MANIFEST_FILE = "_manifest.json"
 SUMMARY_FILE = "_summary.json"
 CHECKPOINT_DIR = "_checkpoint"
 STAGED_INPUT_DIR = "_input"
+LOGS_DIR = "_logs"
+RUN_LOG_FILE = f"{LOGS_DIR}/run.log"
 RESULT_FILE_PREFIX = "part-"
-_OWN_NAMES = (MANIFEST_FILE, SUMMARY_FILE, CHECKPOINT_DIR, STAGED_INPUT_DIR)
+_STAGED_MARKER = "_complete"
+_OWN_NAMES = (MANIFEST_FILE, SUMMARY_FILE, CHECKPOINT_DIR, STAGED_INPUT_DIR, LOGS_DIR)
 
 #: Spec fields that can't change any row's result, so a rerun that changes them
 #: still resumes (e.g. smaller batches after an out-of-memory crash). Every other
@@ -154,8 +159,29 @@ class RunDirectory:
     def staged_input_path(self) -> str:
         return self.path(STAGED_INPUT_DIR)
 
+    @property
+    def log_file(self) -> str | None:
+        """``_logs/run.log`` as a local path (as ``location`` spells it), for a local
+        directory; None for a URI (``s3://``), where a log can't be appended to."""
+        if "://" in self.location:
+            return None
+        return f"{self.location.rstrip('/')}/{RUN_LOG_FILE}"
+
     def _fs_path(self, name: str) -> str:
         return f"{self.root}/{name}"
+
+    # -- the staged input of a --rows-limited run ---------------------------------------
+
+    def staged_input_complete(self) -> bool:
+        return self.exists(f"{STAGED_INPUT_DIR}/{_STAGED_MARKER}")
+
+    def mark_staged_input_complete(self) -> None:
+        with self.fs.open_output_stream(self._fs_path(f"{STAGED_INPUT_DIR}/{_STAGED_MARKER}")):
+            pass
+
+    def clear_staged_input(self) -> None:
+        if self.exists(STAGED_INPUT_DIR):
+            self.fs.delete_dir(self._fs_path(STAGED_INPUT_DIR))
 
     # -- what is there -----------------------------------------------------------------
 

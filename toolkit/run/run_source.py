@@ -23,15 +23,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from toolkit.run.input_data import HF_PREFIX, input_schema, open_input
-from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
+from toolkit.run.run_directory import RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 from toolkit.spec.sample_sources import SampleProvider, require_sample
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
-
-_STAGED_MARKER = "_complete"
 
 NOT_RESUMABLE_NOTE = (
     "Resume is not available for a streamed Hugging Face dataset (Ray Data's "
@@ -81,18 +79,15 @@ def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:
     data = spec.data
     assert data.rows is not None
     staged = run_dir.staged_input_path
-    marker = f"{STAGED_INPUT_DIR}/{_STAGED_MARKER}"
-    if run_dir.exists(marker):
+    if run_dir.staged_input_complete():
         return staged
-    if run_dir.exists(STAGED_INPUT_DIR):
-        run_dir.fs.delete_dir(run_dir.root + "/" + STAGED_INPUT_DIR)
+    run_dir.clear_staged_input()  # a copy cut short by a crash
     with checkpointing(None):  # staging copies the input once; it has nothing to resume
         ds = open_input(data).limit(data.rows)
         if data.partitions:
             ds = ds.repartition(target_num_rows_per_block=math.ceil(data.rows / data.partitions))
         ds.write_parquet(staged)
-    with run_dir.fs.open_output_stream(run_dir.root + "/" + marker):
-        pass
+    run_dir.mark_staged_input_complete()
     return staged
 
 

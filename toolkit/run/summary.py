@@ -11,7 +11,7 @@ from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
     from toolkit.spec.job_definition import JobDefinition
-    from toolkit.spec.models import JobSpec
+    from toolkit.spec.models import EngineConfig, JobSpec
 
 
 class RunSummary(BaseModel):
@@ -26,6 +26,27 @@ class RunSummary(BaseModel):
     error_rows: int
     seconds: float
     rows_per_second: float
+    engine_workers: int | None = Field(
+        None, description="Engine workers (model replicas): engine.concurrency."
+    )
+    gpus_per_worker: int | None = Field(
+        None, description="GPUs each engine worker holds (0 on CPU; vLLM: tensor x pipeline parallel)."
+    )
+    rows_per_second_per_worker: float | None = Field(
+        None, description="rows_per_second / engine_workers: what `toolkit plan --from-run` reads."
+    )
+    gpu_hours: float | None = Field(
+        None, description="seconds x engine_workers x gpus_per_worker / 3600 (0 on CPU)."
+    )
+    input_tokens: int | None = Field(
+        None, description="Prompt tokens of the written rows, when the engine reports them."
+    )
+    output_tokens: int | None = Field(
+        None, description="Generated tokens of the written rows, when the engine reports them."
+    )
+    tokens_per_second: float | None = Field(
+        None, description="(input_tokens + output_tokens) / seconds, for a run that did not resume."
+    )
     smoke: bool = Field(description="Tiny random-weight model: results are not meaningful.")
     figures: dict[str, int | float] = Field(
         default_factory=dict, description="Job-specific figures, e.g. accuracy."
@@ -33,6 +54,56 @@ class RunSummary(BaseModel):
     notes: list[str] = Field(default_factory=list)
     samples: list[dict[str, Any]] = Field(default_factory=list)
     first_errors: list[dict[str, Any]] = Field(default_factory=list)
+    log_file: str | None = Field(
+        None, description="Where Ray's and the engine's own output went during the run "
+        "(None when it went to the terminal, with -v, or on a cluster)."
+    )
+
+
+#: Per-row token counts the engines report (Ray Data LLM's vLLM stage and ours).
+INPUT_TOKENS_COLUMN = "num_input_tokens"
+OUTPUT_TOKENS_COLUMN = "num_generated_tokens"
+TOKEN_COLUMNS: tuple[str, ...] = (INPUT_TOKENS_COLUMN, OUTPUT_TOKENS_COLUMN)
+
+
+def gpus_per_worker(engine: "EngineConfig") -> int:
+    """GPUs one engine worker holds: vLLM's tensor x pipeline parallel size (vLLM always
+    runs on GPUs); the transformers engine's one GPU with an accelerator, else 0."""
+    if engine.kind == "vllm":
+        kwargs = engine.engine_kwargs
+        return int(kwargs.get("tensor_parallel_size") or 1) * int(
+            kwargs.get("pipeline_parallel_size") or 1)
+    return 1 if engine.accelerator_type is not None else 0
+
+
+def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
+               token_totals: dict[str, int | None], resumed: bool) -> dict[str, Any]:
+    """The summary's accounting fields: workers, GPU-hours and token figures."""
+    workers = spec.engine.concurrency
+    gpus = gpus_per_worker(spec.engine)
+    inputs, outputs = token_totals.get(INPUT_TOKENS_COLUMN), token_totals.get(OUTPUT_TOKENS_COLUMN)
+    tokens_per_second = None
+    if inputs is not None and outputs is not None and seconds > 0 and not resumed:
+        tokens_per_second = round((inputs + outputs) / seconds, 1)
+    return {
+        "engine_workers": workers,
+        "gpus_per_worker": gpus,
+        "rows_per_second_per_worker": round(rows_per_second / workers, 2),
+        "gpu_hours": round(seconds * workers * gpus / 3600, 4),
+        "input_tokens": inputs,
+        "output_tokens": outputs,
+        "tokens_per_second": tokens_per_second,
+    }
+
+
+def _token_totals(dataset: Any) -> dict[str, int | None]:
+    """Sums of the token columns the output has (None for one it lacks)."""
+    import pyarrow.compute as pc
+
+    present = [c for c in TOKEN_COLUMNS if c in dataset.schema.names]
+    table = dataset.to_table(columns=present) if present else None
+    return {c: int(pc.sum(table[c]).as_py() or 0) if c in present else None
+            for c in TOKEN_COLUMNS}
 
 
 def summarize_output(
@@ -43,11 +114,13 @@ def summarize_output(
     rows_in: int | None,
     rows_this_run: int | None = None,
     notes: list[str] | None = None,
+    log_file: str | None = None,
 ) -> RunSummary:
     """Count the written rows and errors, pick sample results, save ``_summary.json``.
 
     ``rows_in`` is Ray's own count of rows that entered preprocessing; when Ray
-    reports none, every written row is taken to have come in.
+    reports none, every written row is taken to have come in. ``log_file`` is where
+    Ray's own output went (:attr:`RunSummary.log_file`).
     """
     import pyarrow.compute as pc
 
@@ -71,6 +144,8 @@ def summarize_output(
             f"WARNING: {rows_in:,} rows came in but {rows_written:,} are in the output; "
             "the output may hold files of an interrupted write; rerun with --overwrite."
         )
+    rows_per_second = round(processed / seconds, 2) if seconds > 0 else 0.0
+    resumed = rows_this_run is not None and rows_this_run != rows_written
     summary = RunSummary(
         job=job.name,
         output=spec.data.output,
@@ -80,12 +155,14 @@ def summarize_output(
         rows_ok=rows_written - error_rows,
         error_rows=error_rows,
         seconds=round(seconds, 2),
-        rows_per_second=round(processed / seconds, 2) if seconds > 0 else 0.0,
+        rows_per_second=rows_per_second,
+        **accounting(spec, seconds, rows_per_second, _token_totals(dataset), resumed),
         smoke=spec.uses_sample_model,
         figures=figures,
         notes=notes,
         samples=good.to_pylist(),
         first_errors=bad.to_pylist(),
+        log_file=log_file,
     )
     run_dir.write_json(SUMMARY_FILE, summary.model_dump(mode="json"))
     return summary

@@ -20,9 +20,12 @@ def format_summary(summary: RunSummary) -> str:
     ]
     if summary.rows_this_run is not None and summary.rows_this_run != summary.rows_in:
         lines.append(f"  this run:      {summary.rows_this_run:,} rows processed")
+    lines += _accounting_lines(summary)
     for name, value in summary.figures.items():
         lines.append(f"  {name + ':':14} {value:,}")
     lines.append(f"  output:        {summary.output} (summary in _summary.json)")
+    if summary.log_file:
+        lines.append(f"  ray log:       {summary.log_file}")
     if summary.samples:
         lines.append("  sample results:")
         lines += [f"    {_one_line(row)}" for row in summary.samples]
@@ -33,6 +36,25 @@ def format_summary(summary: RunSummary) -> str:
     if summary.smoke:
         lines.append(SMOKE_WARNING)
     return "\n".join(lines)
+
+
+def _accounting_lines(summary: RunSummary) -> list[str]:
+    """Workers, GPU-hours and tokens (summaries written before these fields have none)."""
+    lines = []
+    if summary.engine_workers is not None and summary.rows_per_second_per_worker is not None:
+        per_worker = f"{summary.rows_per_second_per_worker:,.1f} rows/s per worker"
+        if summary.gpus_per_worker:
+            lines.append(f"  workers:       {summary.engine_workers} x {summary.gpus_per_worker} "
+                         f"GPU, {per_worker}, {summary.gpu_hours or 0:,.2f} GPU-hours")
+        else:
+            lines.append(f"  workers:       {summary.engine_workers} on CPU, {per_worker} "
+                         "(0 GPU-hours)")
+    if summary.input_tokens is not None and summary.output_tokens is not None:
+        rate = (f" ({summary.tokens_per_second:,.1f} tokens/s)"
+                if summary.tokens_per_second is not None else "")
+        lines.append(f"  tokens:        {summary.input_tokens:,} in, "
+                     f"{summary.output_tokens:,} out{rate}")
+    return lines
 
 
 def _one_line(row: dict) -> str:
