@@ -28,6 +28,7 @@ from toolkit.cluster.job_progress import (
     format_progress_line,
     job_progress,
     parse_progress_line,
+    report_progress,
     watch_job,
 )
 from toolkit.cluster.watching import Clock
@@ -128,6 +129,22 @@ def test_rows_are_counted_from_complete_result_files_only(tmp_path: Path) -> Non
     written = counter.read()
     assert (written.rows_done, written.rows_total) == (500, 5000)
     assert OutputRows(str(tmp_path / "nothing-there")).read() is None
+
+
+def test_the_entrypoint_prints_progress_lines_from_a_thread(tmp_path: Path) -> None:
+    out = GrowingRunDirectory(tmp_path / "out")
+    out.add(300)
+    lines: list[str] = []
+    stop = report_progress(str(out.root), 5000, interval_s=0.01, emit=lines.append)
+    try:
+        deadline = time.monotonic() + 10
+        while not lines:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        stop()
+    assert lines[0].startswith("progress: rows_done=300 rows_total=5000 rows_per_second=")
+    assert parse_progress_line("\n".join(lines)).rows_done == 300
 
 
 def test_status_of_a_running_job_reads_the_run_directory(tmp_path: Path) -> None:

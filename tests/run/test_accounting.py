@@ -68,7 +68,8 @@ def test_summaries_written_before_accounting_still_load() -> None:
     assert "workers:" not in format_summary(old) and "tokens:" not in format_summary(old)
     gpu = old.model_copy(update={"engine_workers": 4, "gpus_per_worker": 1,
                                  "rows_per_second_per_worker": 12.5, "gpu_hours": 0.52})
-    assert "  workers:       4 x 1 GPU, 12.5 rows/s per worker, 0.52 GPU-hours" in format_summary(gpu)
+    assert ("  workers:       4 x 1 GPU, 12.5 rows/s per worker, 0.52 GPU-hours"
+            in format_summary(gpu))
 
 
 def test_the_transformers_engine_reports_prompt_and_generated_tokens(tiny_chat_model: Path) -> None:

@@ -112,14 +112,16 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
-def eta_seconds(rows_done: int, rows_total: int | None, rows_per_second: float | None) -> float | None:
+def eta_seconds(rows_done: int, rows_total: int | None,
+                rows_per_second: float | None) -> float | None:
     """Seconds left at ``rows_per_second``; None without a total or a positive rate."""
     if rows_total is None or not rows_per_second or rows_per_second <= 0:
         return None
     return round(max(0, rows_total - rows_done) / rows_per_second, 1)
 
 
-def rows_total_of(spec: Mapping[str, Any], sample_rows: Mapping[str, int] | None = None) -> int | None:
+def rows_total_of(spec: Mapping[str, Any],
+                  sample_rows: Mapping[str, int] | None = None) -> int | None:
     """The rows a run was asked for: ``data.rows``; for a ``sample:NAME`` input without
     rows, ``sample_rows[NAME]`` (the provider's default); else None (all of a file)."""
     data = spec.get("data") or {}
@@ -140,7 +142,7 @@ def readable_from_here(output: str | None) -> bool:
     absolute path. A relative path is relative to the job's working dir there."""
     if not output:
         return False
-    return "://" in output or output.startswith(("/", "~"))
+    return "://" in output or output.startswith("/")
 
 
 @dataclass(frozen=True)
@@ -298,8 +300,9 @@ def job_progress(
 
     Rows/s is rows done over the time since the job started (till it ended); the
     ETA is the rows left at that rate. For a run that resumed, rows written by
-    earlier runs count as done, so the rate reads high until the window of a
-    followed job takes over.
+    earlier runs count as done, so the rate reads high (a followed job's sliding
+    window does not). Once the job has ended, rows done are the rows written (from
+    the summary or the result files), or unknown when neither can be read here.
     """
     finished = info.status.is_terminal()
     if summary is not None:
@@ -309,10 +312,9 @@ def job_progress(
         counter = OutputRows(info.output or "", sample_rows)
     written = counter.read() if counter is not None else None
     if written is None:
-        logged = parse_progress_line(logs()) if logs is not None else None
-        if logged is not None and finished:
-            logged = Progress(logged.rows_done, logged.rows_total, logged.rows_per_second,
-                              None, source="log")
+        # A finished job's last progress line may be up to LOG_INTERVAL_S old: unknown
+        # beats a rows_done that isn't the rows written.
+        logged = parse_progress_line(logs()) if logs is not None and not finished else None
         return logged or Progress()
     rate = None
     if info.start_time is not None:

@@ -30,7 +30,8 @@ class RunSummary(BaseModel):
         None, description="Engine workers (model replicas): engine.concurrency."
     )
     gpus_per_worker: int | None = Field(
-        None, description="GPUs each engine worker holds (0 on CPU; vLLM: tensor x pipeline parallel)."
+        None,
+        description="GPUs each engine worker holds (0 on CPU; vLLM: tensor x pipeline parallel).",
     )
     rows_per_second_per_worker: float | None = Field(
         None, description="rows_per_second / engine_workers: what `toolkit plan --from-run` reads."

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 
 DEFAULT_SAMPLE_ROWS = 1000
 DEFAULT_SAMPLE_IMAGES = 50
+# Results are written (and progress moves) a block at a time; a few hundred rows a
+# block shows progress on a small smoke run without a task per handful of rows.
+ROWS_PER_SAMPLE_BLOCK = 256
+MAX_SAMPLE_BLOCKS = 64
 
 
 class BuiltinSamples:
@@ -30,7 +34,8 @@ class BuiltinSamples:
             from toolkit.samples.customers_datasource import CustomersDatasource
 
             rows = rows or DEFAULT_SAMPLE_ROWS
-            blocks = partitions or max(1, min(64, math.ceil(rows / 20_000)))
+            blocks = partitions or max(1, min(MAX_SAMPLE_BLOCKS,
+                                              math.ceil(rows / ROWS_PER_SAMPLE_BLOCK)))
             return ray.data.read_datasource(CustomersDatasource(rows, seed),
                                             override_num_blocks=blocks)
         if name == "images":
