@@ -1,5 +1,2 @@
-"""The ``toolkit`` command: thin click commands over the library, and their output."""
-
-from toolkit.cli.main import main, run
-
-__all__ = ["main", "run"]
+"""The ``toolkit`` command (:mod:`toolkit.cli.main`): thin click commands over the library,
+their output, and the cluster-side entrypoint (:mod:`toolkit.cli.entrypoint`)."""

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
 from toolkit.cluster.watching import DEFAULT_TIMEOUT_S, REAL_CLOCK, Clock, follow
 from toolkit.errors import JobStalledError
+from toolkit.run.progress import WrittenRows, format_duration
 
 if TYPE_CHECKING:
     from toolkit.run.run_directory import RunDirectory
@@ -100,18 +101,6 @@ class Progress:
         return ", ".join(parts)
 
 
-def format_duration(seconds: float) -> str:
-    """``45s``, ``3m 26s``, ``2h 05m``."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m {seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
-
-
 def eta_seconds(rows_done: int, rows_total: int | None,
                 rows_per_second: float | None) -> float | None:
     """Seconds left at ``rows_per_second``; None without a total or a positive rate."""
@@ -166,7 +155,7 @@ class OutputRows:
         self.output = output
         self.sample_rows = dict(sample_rows or {})
         self._run_dir = run_dir
-        self._counted: dict[str, int] = {}
+        self._counter: WrittenRows | None = None
 
     def read(self) -> RowsWritten | None:
         """Rows written so far, or None when there is no readable manifest there."""
@@ -175,18 +164,12 @@ class OutputRows:
             manifest = run_dir.read_manifest()
             if manifest is None:
                 return None
-            file_format = (manifest.spec.get("data") or {}).get("output_format", "parquet")
-            files = run_dir.result_files(manifest)
+            if self._counter is None:
+                file_format = (manifest.spec.get("data") or {}).get("output_format", "parquet")
+                self._counter = WrittenRows(run_dir, file_format)
+            done, _ = self._counter()
         except Exception:  # noqa: BLE001 - unreachable storage just means "can't tell from here"
             return None
-        done = 0
-        for path in files:
-            if path not in self._counted:
-                try:
-                    self._counted[path] = run_dir.count_rows([path], file_format)
-                except Exception:  # noqa: BLE001 - a file being written has no footer yet
-                    continue
-            done += self._counted[path]
         return RowsWritten(done, rows_total_of(manifest.spec, self.sample_rows))
 
     def _open(self) -> "RunDirectory":

@@ -236,7 +236,7 @@ class ProgressReporter:
 
 def format_duration(seconds: float) -> str:
     """``42s``, ``3m 05s``, ``2h 07m``."""
-    seconds = int(round(seconds))
+    seconds = max(0, int(round(seconds)))
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
