@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from toolkit.cli.plan_command import plan_command, quick_estimate, sample_rows
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 
 if TYPE_CHECKING:
@@ -78,24 +79,6 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
         "--timeout", type=click.FloatRange(min=0), default=default, show_default=True,
         metavar="SECONDS", help=text,
     )
-
-
-def _sample_rows() -> dict[str, int]:
-    """Default rows of each ``sample:`` input (what a run of it without --rows makes)."""
-    from toolkit.samples.provider import DEFAULT_SAMPLE_IMAGES, DEFAULT_SAMPLE_ROWS
-
-    return {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES}
-
-
-def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
-    """Generators of ``sample:`` input rows, for measuring a job's prompts."""
-
-    def customers(rows: int, seed: int) -> list[dict[str, Any]]:
-        from toolkit.samples.customers import customers_batch
-
-        return customers_batch(0, rows, seed).to_pylist()
-
-    return {"customers": customers}
 
 
 class _ProgressDisplay:
@@ -160,7 +143,7 @@ def _follow(target: Any, job_id: str, timeout: float, flags: str,
             stall_timeout_s=DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout,
             fail_on_stall=fail_on_stall,
             report_interval_s=0.0 if display.live else REPORT_INTERVAL_S,
-            sample_rows=_sample_rows(), flags=flags,
+            sample_rows=sample_rows(), flags=flags,
         )
     except KeyboardInterrupt:
         display.close()
@@ -238,42 +221,6 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
 # --- plan --------------------------------------------------------------------------
 
 
-@click.command("plan")
-@spec_options
-@click.option("--from-run", "from_run", metavar="DIR",
-              help="Output directory of a finished pilot run of this job: its measured rows/s "
-                   "per worker replaces the throughput table.")
-@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD",
-              help="On-demand price of one worker instance per hour (default: the toolkit's "
-                   "table of AWS prices).")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="text, or json for scripts (--output is the spec's "
-                                      "output directory here).")
-def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
-                 from_run: str | None, price_per_hour: float | None, output_format: str,
-                 **kwargs: Any) -> None:
-    """Estimate JOB's wall time, GPU-hours and cost before running it.
-
-    Every figure says where it came from: the spec, a measurement (the model's
-    tokenizer over sample rows, a pilot run), an estimate, a table or a flag.
-
-    \b
-    Examples:
-      toolkit plan text-industry --rows 1M
-      toolkit submit text-industry --rows 2000 --output s3://b/pilot --follow
-      toolkit plan text-industry --rows 1M --from-run s3://b/pilot --price-per-hour 0.80
-    """
-    from toolkit.cluster.plan import plan_job
-
-    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
-    plan = plan_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
-                    sample_rows=_sample_rows(), sample_inputs=_sample_inputs())
-    if output_format == "json":
-        click.echo(json.dumps(plan.as_json(), indent=2))
-    else:
-        click.echo(plan.text())
-
-
 # --- submit ------------------------------------------------------------------------
 
 
@@ -323,7 +270,7 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
         _note(SMOKE_WARNING)
     if secrets:
         _note(f"Passing from your environment: {describe_secrets(secrets)}")
-    estimate = _quick_estimate(job_def, spec)
+    estimate = quick_estimate(job_def, spec)
     if estimate:
         _note(estimate)
     handle = target.submit(submission.request, secrets)
@@ -341,19 +288,6 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     _note(f"Following its logs (Ctrl-C stops watching, not the job; "
           f"`toolkit stop {handle.job_id}{flags}` stops it).")
     _follow(target, handle.job_id, timeout, flags, stall_timeout, fail_on_stall)
-
-
-def _quick_estimate(job_def: Any, spec: Any) -> str | None:
-    """The plan's one-line estimate, fast (no tokenizer, no counting files), or None on
-    any problem: an estimate must never slow down or fail a submit."""
-    try:
-        from toolkit.cluster.plan import plan_job
-
-        plan = plan_job(job_def, spec, sample_rows=_sample_rows(), use_tokenizer=False,
-                        count_rows=False)
-        return plan.one_line()
-    except Exception:  # noqa: BLE001 - see the docstring
-        return None
 
 
 # --- status, logs, list, stop ------------------------------------------------------
@@ -396,7 +330,7 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
     info = target.status(job_id)
     summary = finished_job_summary(info.output) if info.status.is_terminal() else None
     progress = job_progress(info, summary=summary, logs=lambda: target.logs(job_id),
-                            sample_rows=_sample_rows())
+                            sample_rows=sample_rows())
     if output == "json":
         payload = info.model_dump(mode="json")
         payload["progress"] = progress.as_json()

@@ -50,6 +50,7 @@ def main() -> None:
     See every setting of a job:
       toolkit show text-industry
 
+    \b
     Your own job, in this folder:
       toolkit new review-sentiment && toolkit run review-sentiment --smoke
 

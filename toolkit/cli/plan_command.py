@@ -1,0 +1,83 @@
+"""``toolkit plan``: what a job will take (rows, tokens, workers, GPU-hours, cost) before it runs.
+
+The logic is :mod:`toolkit.cluster.plan`; this module parses, hands it what only the
+CLI may import (the samples' row counts and generators), and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
+
+
+def sample_rows() -> dict[str, int]:
+    """Default rows of each ``sample:`` input (what a run of it without --rows makes)."""
+    from toolkit.samples.provider import DEFAULT_SAMPLE_IMAGES, DEFAULT_SAMPLE_ROWS
+
+    return {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES}
+
+
+def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
+    """Generators of ``sample:`` input rows, for measuring a job's prompts."""
+
+    def customers(rows: int, seed: int) -> list[dict[str, Any]]:
+        from toolkit.samples.customers import customers_batch
+
+        return customers_batch(0, rows, seed).to_pylist()
+
+    return {"customers": customers}
+
+
+@click.command("plan")
+@spec_options
+@click.option("--from-run", "from_run", metavar="DIR",
+              help="Output directory of a finished pilot run of this job: its measured rows/s "
+                   "per worker replaces the throughput table.")
+@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD",
+              help="On-demand price of one worker instance per hour (default: the toolkit's "
+                   "table of AWS prices).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text, or json for scripts (--output is the spec's "
+                                      "output directory here).")
+def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
+                 from_run: str | None, price_per_hour: float | None, output_format: str,
+                 **kwargs: Any) -> None:
+    """Estimate JOB's wall time, GPU-hours and cost before running it.
+
+    Every figure says where it came from: the spec, a measurement (the model's
+    tokenizer over sample rows, a pilot run), an estimate, a table or a flag.
+
+    \b
+    Examples:
+      toolkit plan text-industry --rows 1M
+      toolkit submit text-industry --rows 2000 --output s3://b/pilot --follow
+      toolkit plan text-industry --rows 1M --from-run s3://b/pilot --price-per-hour 0.80
+    """
+    from toolkit.cluster.plan import plan_job
+
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    plan = plan_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
+                    sample_rows=sample_rows(), sample_inputs=_sample_inputs())
+    if output_format == "json":
+        click.echo(json.dumps(plan.as_json(), indent=2))
+    else:
+        click.echo(plan.text())
+
+
+def quick_estimate(job_def: Any, spec: Any) -> str | None:
+    """The plan's one-line estimate, fast (no tokenizer, no counting files), or None on
+    any problem: an estimate must never slow down or fail a submit."""
+    try:
+        from toolkit.cluster.plan import plan_job
+
+        plan = plan_job(job_def, spec, sample_rows=sample_rows(), use_tokenizer=False,
+                        count_rows=False)
+        return plan.one_line()
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
