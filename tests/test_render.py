@@ -259,3 +259,30 @@ def test_render_does_not_import_ray_torch_or_transformers(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
     assert (tmp_path / "job.yaml").read_text() == EXAMPLE.read_text()
+
+
+@pytest.mark.parametrize(("accelerator", "tp", "pp", "instance_type"), [
+    ("L4", 4, 1, "g6.12xlarge"), ("L4", 4, 2, "g6.48xlarge"), ("L4", 2, 1, "g6.12xlarge"),
+    ("A10G", 4, 1, "g5.12xlarge"), ("A10G", 8, 1, "g5.48xlarge"),
+    ("H100", 8, 1, "p5.48xlarge"), ("A100", 2, 4, "p4d.24xlarge"),
+])
+def test_a_worker_spanning_several_gpus_gets_an_instance_holding_them(
+        accelerator: str, tp: int, pp: int, instance_type: str, tmp_path: Path) -> None:
+    job_spec = spec(**{"engine.accelerator_type": accelerator,
+                       "engine.engine_kwargs.tensor_parallel_size": tp,
+                       "engine.engine_kwargs.pipeline_parallel_size": pp})
+    assert f"instance_type: {instance_type}" in render(job_spec, tmp_path).text
+
+
+def test_a_worker_no_instance_can_hold_is_refused_naming_the_fields(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [*EXAMPLE_ARGS, "--set",
+                                       "engine.engine_kwargs.tensor_parallel_size=16"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "Error: One engine worker needs 16 L4 GPUs on one node "
+        "(engine.engine_kwargs.tensor_parallel_size x pipeline_parallel_size), and the "
+        "largest known L4 instance, g6.48xlarge, has 8.")
+    assert not Path(".toolkit").exists()  # refused before anything was written
+    override = spec(**{"engine.engine_kwargs.tensor_parallel_size": 16,
+                       "compute.worker_instance_type": "big.metal"})
+    assert "instance_type: big.metal" in render(override, tmp_path).text

@@ -61,3 +61,71 @@ def test_date_reformat_processor_keeps_the_chunked_prefill_settings(local_ray, t
     kwargs = stage.fn_constructor_kwargs["engine_kwargs"]
     assert (kwargs["enable_chunked_prefill"], kwargs["max_num_batched_tokens"]) == (True, 1024)
     assert kwargs["gpu_memory_utilization"] == 0.85
+
+
+def test_settings_mean_the_same_on_vllm(local_ray, tiny_chat_model):
+    """A plain concurrency is a fixed pool of engine workers (Ray Data LLM alone would
+    autoscale 1..n); num_cpus, max_concurrent_batches and chat_template_kwargs reach
+    the stages that use them."""
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={
+        "engine.model": str(tiny_chat_model), "engine.num_cpus": 3,
+        "engine.max_concurrent_batches": 2,
+        "engine.chat_template_kwargs": {"enable_thinking": False},
+    })
+    processor = build_vllm_processor(spec.engine)
+    engine_stage = processor.get_stage_by_name("vLLMEngineStage")
+    pool = engine_stage.map_batches_kwargs["compute"]
+    assert (pool.min_size, pool.max_size) == (4, 4)
+    assert engine_stage.map_batches_kwargs["num_cpus"] == 3
+    assert engine_stage.map_batches_kwargs["num_gpus"] == 1
+    assert engine_stage.map_batches_kwargs["max_concurrency"] == 2
+    assert engine_stage.fn_constructor_kwargs["max_concurrent_batches"] == 2
+    chat_stage = processor.get_stage_by_name("ChatTemplateStage")
+    assert chat_stage.fn_constructor_kwargs["chat_template_kwargs"] == {"enable_thinking": False}
+    cpu_pool = chat_stage.map_batches_kwargs["compute"]
+    assert (cpu_pool.min_size, cpu_pool.max_size) == (1, 4)
+
+    ranged = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model),
+                                           "engine.concurrency": "2-6"})
+    pool = build_vllm_processor(ranged.engine).get_stage_by_name(
+        "vLLMEngineStage").map_batches_kwargs["compute"]
+    assert (pool.min_size, pool.max_size) == (2, 6)
+
+
+def test_ray_data_llm_stages_template_good_rows_and_pass_error_rows_by(local_ray, tiny_chat_model):
+    """Ray Data LLM's own chat-template and tokenize stages, on real Ray, on the rows
+    our prepare step makes: what would reach vLLM, and error rows left alone."""
+    import ray
+    from ray.llm._internal.batch.processor.base import Processor
+    from transformers import AutoTokenizer
+
+    from toolkit.run.pipeline import prepare_row
+
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
+    options = job.options_of(spec)
+    params = engine_sampling_params(spec.sampling, job.structured_output(options))
+    built = build_vllm_processor(spec.engine)
+    # The processor as built, less the vLLM engine stage (vLLM runs on GPU workers only)
+    # and detokenize (which reads the engine's output).
+    before_engine = Processor(built.config, [
+        built.get_stage_by_name("ChatTemplateStage"), built.get_stage_by_name("TokenizeStage")
+    ])
+    inputs = [{"Index": "1", "Company": "Acme"}, {"Index": "2", "Company": ""},
+              {"Index": "3", "Company": "Globex"}]
+    rows = [prepare_row(row, job.preprocess, options, params) for row in inputs]
+    out = sorted(before_engine(ray.data.from_items(rows)).take_all(), key=lambda r: r["Index"])
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_chat_model))
+    acme, blank, globex = out
+    for row, prepared in ((acme, rows[0]), (globex, rows[2])):
+        expected = tokenizer.apply_chat_template(
+            prepared["messages"], add_generation_prompt=True, tokenize=False)
+        assert row["prompt"] == expected
+        assert list(row["tokenized_prompt"]) == tokenizer(expected)["input_ids"]
+        assert row["sampling_params"]["structured_outputs"] == {"choice": spec.output.choice}
+        assert row["sampling_params"]["max_tokens"] == 16
+        assert row["__inference_error__"] == "" and row["error"] is None
+    assert blank["__inference_error__"] == blank["error"] == "preprocess: column 'Company' is empty"
+    assert blank.get("prompt") is None and blank.get("tokenized_prompt") is None

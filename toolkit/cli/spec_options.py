@@ -41,7 +41,9 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--engine", type=click.Choice(["vllm", "transformers"]),
                      help="Inference engine: vllm (GPU) or transformers (CPU/small GPU)."),
         click.option("--batch-size", help="Rows per engine batch."),
-        click.option("--concurrency", help="Number of engine workers (model replicas)."),
+        click.option("--concurrency", metavar="N|MIN-MAX",
+                     help="Engine workers (model replicas): 4 is a fixed pool of 4, 1-4 "
+                          "autoscales between 1 and 4."),
         click.option("--accelerator", help="GPU type per engine worker, e.g. L4, A10G, H100."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Set any spec key, e.g. --set sampling.temperature=0.2 (repeatable)."),
@@ -59,13 +61,19 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str, ...],
                          smoke: bool, **flags: Any) -> tuple["JobDefinition[Any]", "JobSpec"]:
-    """The job and its validated spec from a command's spec flags (None = not given)."""
+    """The job and its validated spec from a command's spec flags (None = not given).
+
+    Settings that are valid but costly (e.g. too few batches in flight to keep vLLM
+    busy) are printed to stderr as warnings.
+    """
     from toolkit.spec.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     job = load_job(job_name)
     overrides = {SPEC_FLAGS[name]: value for name, value in flags.items() if value is not None}
     spec = load_job_spec(job, spec_file=spec_file, overrides=overrides, sets=sets, smoke=smoke)
+    for warning in spec.engine.engine_warnings():
+        click.echo(f"Warning: {warning}", err=True)
     return job, spec
 
 

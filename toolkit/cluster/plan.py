@@ -495,9 +495,7 @@ def plan_job(
         notes.append(f"The tokenizer of {spec.engine.model} is not on this machine (no local "
                      "directory, not in the Hugging Face cache), so tokens are estimated.")
 
-    from toolkit.run.summary import gpus_per_worker
-
-    gpus = gpus_per_worker(spec.engine)
+    gpus = spec.engine.gpus_per_worker
     gpus_figure = Figure(gpus, "spec", "vLLM: tensor x pipeline parallel size"
                          if spec.engine.kind == "vllm" else "engine.accelerator_type")
     instance_type = _plan_instance_type(spec, notes)
@@ -559,7 +557,8 @@ def _plan_instance_type(spec: JobSpec, notes: list[str]) -> Figure:
         notes.append("vLLM runs on GPUs: set --accelerator (e.g. L4) to price its workers.")
         return _unknown("vLLM without engine.accelerator_type")
     try:
-        chosen = worker_instance_type(accelerator, spec.compute.worker_instance_type)
+        chosen = worker_instance_type(accelerator, spec.compute.worker_instance_type,
+                                      gpus=spec.engine.gpus_per_worker)
     except SpecError as exc:
         return _unknown(exc.message)
     if spec.compute.worker_instance_type:

@@ -158,7 +158,8 @@ def anyscale_compute_config(spec: JobSpec) -> dict[str, Any]:
         "worker_nodes": [
             {
                 "instance_type": worker_instance_type(
-                    spec.engine.accelerator_type, override=compute.worker_instance_type
+                    spec.engine.accelerator_type, override=compute.worker_instance_type,
+                    gpus=spec.engine.gpus_per_worker,
                 ),
                 "min_nodes": compute.min_workers,
                 "max_nodes": compute.max_workers,

@@ -66,6 +66,7 @@ class TransformersChatEngine:
         use_gpu: bool = False,
         num_threads: int = 1,
         samples: "SampleProvider | None" = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         import torch
 
@@ -86,6 +87,8 @@ class TransformersChatEngine:
         text_config = self.model.config.get_text_config()
         config_limit = getattr(text_config, "max_position_embeddings", None)
         self.max_model_len = int(engine_kwargs.get("max_model_len") or config_limit or 4096)
+        # Extra chat template arguments (e.g. enable_thinking), as vLLM's stage passes them.
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._compiler: Any = None
         self._grammars: dict[str, Any] = {}
 
@@ -121,7 +124,9 @@ class TransformersChatEngine:
     def _prepare_prompts(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
         """Per row, a prompt for ``_encode``, or a ValueError saying why the row can't run."""
         texts = [
-            self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+            self.tokenizer.apply_chat_template(
+                c, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+            )
             for c in conversations
         ]
         # One batched (Rust, multi-threaded) tokenizer call for the whole batch.
@@ -141,6 +146,13 @@ class TransformersChatEngine:
             {"input_ids": list(prompts)}, padding=True, return_tensors="pt"
         ).to(self.device)
 
+    def _row_budgets(self, params: dict[str, Any], prompt_lengths: Sequence[int]) -> list[int]:
+        """Per row, the new tokens it may get, as vLLM counts them: its own
+        ``max_tokens``, capped by what ``max_model_len`` leaves after its own prompt
+        (never by another row's, so batching a row doesn't change its answer)."""
+        max_tokens = int(params.get("max_tokens") or 16)
+        return [max(1, min(max_tokens, self.max_model_len - n)) for n in prompt_lengths]
+
     def _generate(
         self, prompts: Sequence[Any], params: dict[str, Any]
     ) -> list[tuple[str, int, int] | BaseException]:
@@ -149,13 +161,17 @@ class TransformersChatEngine:
         torch = self.torch
         encoded = self._encode(prompts)
         prompt_len = encoded["input_ids"].shape[1]
-        max_new = min(int(params.get("max_tokens") or 16), max(1, self.max_model_len - prompt_len))
+        prompt_counts = encoded["attention_mask"].sum(dim=1).tolist()
+        budgets = self._row_budgets(params, prompt_counts)
         temperature = float(params.get("temperature") or 0.0)
         kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new,
+            # The longest budget bounds the call; each row stops at its own below.
+            "max_new_tokens": max(budgets),
             "pad_token_id": self.tokenizer.pad_token_id,
             "do_sample": temperature > 0,
         }
+        if min(budgets) < max(budgets):
+            kwargs["stopping_criteria"] = [_row_budget_criterion(budgets, prompt_len)]
         if temperature > 0:
             kwargs["temperature"] = temperature
             kwargs["top_p"] = float(params.get("top_p") or 1.0)
@@ -163,16 +179,16 @@ class TransformersChatEngine:
                 torch.manual_seed(int(params["seed"]))
         constraint = params.get("structured_outputs")
         if constraint:
-            from xgrammar.contrib.hf import LogitsProcessor
-
             # One processor per generate() call: it keeps per-row matcher state.
-            kwargs["logits_processor"] = [LogitsProcessor(self._compiled_grammar(constraint))]
+            kwargs["logits_processor"] = [
+                GrammarLogitsProcessor(self._compiled_grammar(constraint), budgets, prompt_len)
+            ]
         with torch.inference_mode():
             output = self.model.generate(**encoded, **kwargs)
         new_tokens = output[:, prompt_len:]
-        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        counts = (new_tokens != self.tokenizer.pad_token_id).sum(dim=1).tolist()
-        prompt_counts = encoded["attention_mask"].sum(dim=1).tolist()
+        rows = [new_tokens[i, :budget] for i, budget in enumerate(budgets)]
+        texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        counts = [int((row != self.tokenizer.pad_token_id).sum()) for row in rows]
         return list(zip(texts, counts, prompt_counts))
 
     def _generate_isolating_failures(
@@ -228,13 +244,64 @@ class TransformersChatEngine:
         return batch
 
 
+class GrammarLogitsProcessor:
+    """xgrammar's token mask for a batch whose rows stop at different lengths.
+
+    Like ``xgrammar.contrib.hf.LogitsProcessor`` (one matcher per row, a new
+    processor per ``generate`` call), except that a row past its own token budget
+    is left alone: ``generate`` pads it from then on, and those pads are not tokens
+    its grammar should see.
+    """
+
+    def __init__(self, compiled_grammar: Any, budgets: Sequence[int], prompt_len: int) -> None:
+        import xgrammar as xgr
+
+        self.xgr = xgr
+        self.budgets = list(budgets)
+        self.prompt_len = prompt_len
+        self.matchers = [xgr.GrammarMatcher(compiled_grammar) for _ in self.budgets]
+        vocab_size = compiled_grammar.tokenizer_info.vocab_size
+        self.bitmask = xgr.allocate_token_bitmask(len(self.budgets), vocab_size)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        generated = input_ids.shape[1] - self.prompt_len
+        for i, (matcher, budget) in enumerate(zip(self.matchers, self.budgets)):
+            if matcher.is_terminated() or generated > budget:
+                continue  # finished (its stop token) or cut at its budget: now padding
+            if generated > 0 and not matcher.accept_token(int(input_ids[i, -1])):
+                raise RuntimeError("generated a token its structured output does not allow")
+            if generated < budget and not matcher.is_terminated():
+                matcher.fill_next_token_bitmask(self.bitmask, i)
+        device = scores.device
+        masked = scores if device.type == "cuda" else scores.to("cpu")
+        self.xgr.apply_token_bitmask_inplace(masked, self.bitmask.to(masked.device))
+        return masked.to(device)
+
+
+def _row_budget_criterion(budgets: Sequence[int], prompt_len: int) -> Any:
+    """A stopping criterion that finishes each row once it has its own budget of tokens."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class RowBudgets(StoppingCriteria):
+        def __init__(self) -> None:
+            self.budgets = torch.tensor(list(budgets))
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            generated = input_ids.shape[1] - prompt_len
+            return (generated >= self.budgets).to(input_ids.device)
+
+    return RowBudgets()
+
+
 def apply_transformers_engine(
     ds: "Dataset",
     engine: "EngineConfig",
     udf: type = TransformersChatEngine,
     samples: "SampleProvider | None" = None,
 ) -> "Dataset":
-    """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors.
+    """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors
+    (a fixed pool, or an autoscaling one for a range).
 
     Ray's core worker logs, once per driver, an error-level line for these actors:
     ``Actor with class name: 'MapWorker(...)' ... has constructor arguments in the
@@ -265,20 +332,25 @@ def apply_transformers_engine(
             "use_gpu": use_gpu,
             "num_threads": max(1, int(engine.num_cpus)),
             "samples": samples,
+            "chat_template_kwargs": dict(engine.chat_template_kwargs),
         },
         batch_size=engine.batch_size,
         batch_format="numpy",
-        compute=actor_pool(engine.concurrency),
+        compute=actor_pool(*engine.pool_size),
         num_cpus=engine.num_cpus,
         num_gpus=1 if use_gpu else 0,
         accelerator_type=engine.accelerator_type,
     )
 
 
-def actor_pool(concurrency: int) -> Any:
+def actor_pool(min_size: int, max_size: int) -> Any:
+    """A fixed pool when ``min_size == max_size`` (``engine.concurrency: 4``), else an
+    autoscaling one (``engine.concurrency: [1, 4]``), as the vLLM engine's."""
     from ray.data import ActorPoolStrategy
 
-    return ActorPoolStrategy(size=concurrency)
+    if min_size == max_size:
+        return ActorPoolStrategy(size=max_size)
+    return ActorPoolStrategy(min_size=min_size, max_size=max_size)
 
 
 def generate_texts(

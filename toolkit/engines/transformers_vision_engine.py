@@ -111,7 +111,8 @@ class TransformersVisionEngine(TransformersChatEngine):
         template_messages, images = split_images(messages)
         try:
             text = self.processor.apply_chat_template(
-                template_messages, add_generation_prompt=True, tokenize=False
+                template_messages, add_generation_prompt=True, tokenize=False,
+                **self.chat_template_kwargs,
             )
             # Processed on its own too (the batch call repeats it), for two reasons:
             # the length counts the image placeholder tokens, which only the processor

@@ -8,9 +8,12 @@ so building (and testing) the processor needs neither vLLM nor a GPU.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from toolkit.engines.model_source import resolve_model_source
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -27,20 +30,43 @@ def build_vllm_processor(
 
     Rows that fail in the engine come back with ``__inference_error__`` set
     (``should_continue_on_error``) rather than failing the job; the pipeline turns
-    that into our ``error`` column.
+    that into our ``error`` column. Rows that already failed in preprocess arrive
+    with ``__inference_error__`` set and every stage passes them by.
+
+    Our settings mean here what they mean for the transformers engine:
+
+    - ``concurrency``: Ray Data LLM reads a plain ``n`` as an autoscaling pool of
+      1 to n engine workers (``ProcessorConfig.get_concurrency``, called with
+      ``autoscaling_enabled=True`` in ``vllm_engine_proc.py``), so a fixed pool is
+      sent as ``(n, n)``. The CPU stages (chat template, tokenize, detokenize) keep
+      Ray's default, autoscaling from 1 up to the engine's upper end.
+    - ``num_cpus``: CPUs beside each GPU of a worker, through ``placement_group_config``
+      (``bundle_per_worker``, replicated tensor x pipeline parallel times).
     """
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
+    for warning in engine.engine_warnings():
+        logger.warning(warning)
+    low, high = engine.pool_size
+    cpu_stage = {"concurrency": (1, high)}
     config = vLLMEngineProcessorConfig(
         # A sample model is built here on the driver: vLLM workers need a path they
         # can read, which only a shared filesystem or a local head gives them.
         model_source=resolve_model_source(engine.model, samples),
         engine_kwargs=dict(engine.engine_kwargs),
         batch_size=engine.batch_size,
-        concurrency=engine.concurrency,
+        concurrency=(low, high),
         accelerator_type=engine.accelerator_type,
+        placement_group_config={"bundle_per_worker": {"CPU": engine.num_cpus, "GPU": 1}},
+        **({"max_concurrent_batches": engine.max_concurrent_batches}
+           if engine.max_concurrent_batches is not None else {}),
         should_continue_on_error=True,
-        prepare_multimodal_stage=multimodal,
+        chat_template_stage={
+            **cpu_stage, "chat_template_kwargs": dict(engine.chat_template_kwargs) or None
+        },
+        tokenize_stage=dict(cpu_stage),
+        detokenize_stage=dict(cpu_stage),
+        prepare_multimodal_stage={**cpu_stage, "enabled": multimodal},
     )
     return build_processor(config)
 

@@ -39,9 +39,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
 
-# Error rows still pass through the engine (Ray Data LLM can't skip rows); this
-# keeps their prompt tiny. Their result is discarded and the error kept.
-_PLACEHOLDER_MESSAGES = [{"role": "user", "content": "-"}]
 
 
 def engine_sampling_params(
@@ -66,14 +63,22 @@ def prepare_row(
     options: Any,
     sampling_params: dict[str, Any],
 ) -> dict[str, Any]:
-    """Run the job's preprocess; a row it rejects becomes an error row, not a crash."""
+    """Run the job's preprocess; a row it rejects becomes an error row, not a crash.
+
+    An error row is marked both ways: our ``error`` and Ray Data LLM's
+    ``__inference_error__``, which every Ray Data LLM stage skips (``StatefulStageUDF``
+    in ``ray/llm/_internal/batch/stages/base.py``), so it never reaches vLLM. A good
+    row's ``__inference_error__`` is ``""``, Ray's "no error" (not null, which a
+    stage would take for an error). The transformers engine skips rows by ``error``.
+    """
     out = dict(row)
     try:
         out.update(preprocess(row, options))
         out[ERROR_COLUMN] = None
     except Exception as exc:  # noqa: BLE001 - recorded on the row
-        out[MESSAGES_COLUMN] = _PLACEHOLDER_MESSAGES
+        out[MESSAGES_COLUMN] = None
         out[ERROR_COLUMN] = f"preprocess: {exc}"
+    out[RAY_LLM_ERROR_COLUMN] = out[ERROR_COLUMN] or ""
     out[SAMPLING_PARAMS_COLUMN] = sampling_params
     return out
 
@@ -141,7 +146,7 @@ def finish_batch(
     for row in rows:
         row = {k: plain(v) for k, v in row.items()}
         out = {name: row.get(name) for name in schema.names}
-        if row_error(row.get(ERROR_COLUMN)):  # rejected before the engine: it ran a placeholder
+        if row_error(row.get(ERROR_COLUMN)):  # rejected before the engine: no token counts
             out.update(dict.fromkeys(TOKEN_COLUMNS))
         out.update(finish_row(row, postprocess, options, result_columns))
         if strict_id_column is not None and out[ERROR_COLUMN] is not None:

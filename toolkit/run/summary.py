@@ -11,7 +11,7 @@ from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
     from toolkit.spec.job_definition import JobDefinition
-    from toolkit.spec.models import EngineConfig, JobSpec
+    from toolkit.spec.models import JobSpec
 
 
 class RunSummary(BaseModel):
@@ -67,21 +67,11 @@ OUTPUT_TOKENS_COLUMN = "num_generated_tokens"
 TOKEN_COLUMNS: tuple[str, ...] = (INPUT_TOKENS_COLUMN, OUTPUT_TOKENS_COLUMN)
 
 
-def gpus_per_worker(engine: "EngineConfig") -> int:
-    """GPUs one engine worker holds: vLLM's tensor x pipeline parallel size (vLLM always
-    runs on GPUs); the transformers engine's one GPU with an accelerator, else 0."""
-    if engine.kind == "vllm":
-        kwargs = engine.engine_kwargs
-        return int(kwargs.get("tensor_parallel_size") or 1) * int(
-            kwargs.get("pipeline_parallel_size") or 1)
-    return 1 if engine.accelerator_type is not None else 0
-
-
 def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
                token_totals: dict[str, int | None], resumed: bool) -> dict[str, Any]:
     """The summary's accounting fields: workers, GPU-hours and token figures."""
     workers = spec.engine.concurrency
-    gpus = gpus_per_worker(spec.engine)
+    gpus = spec.engine.gpus_per_worker
     inputs, outputs = token_totals.get(INPUT_TOKENS_COLUMN), token_totals.get(OUTPUT_TOKENS_COLUMN)
     tokens_per_second = None
     if inputs is not None and outputs is not None and seconds > 0 and not resumed:

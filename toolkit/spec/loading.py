@@ -42,6 +42,7 @@ SMOKE_OVERRIDES: dict[str, Any] = {
     "engine.concurrency": 1,
     "engine.batch_size": 64,
     "engine.num_cpus": 1,
+    "engine.max_concurrent_batches": None,  # vLLM only
     "data.partitions": None,
 }
 

@@ -12,9 +12,23 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 SAMPLE_PREFIX = "sample:"
+
+#: Ray Data LLM's default batches in flight per vLLM worker (``max_concurrent_batches``).
+VLLM_DEFAULT_MAX_CONCURRENT_BATCHES = 8
+#: vLLM's default ``max_num_seqs``: requests it schedules at once.
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
 
 _ROW_SUFFIXES = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000}
 _ROW_PATTERN = re.compile(r"^\s*(-?\d[\d_]*(?:\.\d+)?)\s*([kmb]?)\s*$", re.IGNORECASE)
@@ -156,8 +170,22 @@ class EngineConfig(StrictModel):
         1,
         gt=0,
         description=(
-            "Number of engine workers (model replicas). Each holds one copy of the model "
-            "and, with an accelerator, one GPU."
+            "Engine workers (model replicas); each holds one copy of the model and, with "
+            "an accelerator, its GPUs. A number (4) is a fixed pool: every worker loads "
+            "the model at the start and stays, the fastest start for a big job. A range "
+            "([1, 4] in YAML, '1-4' as a flag) autoscales between the two: it starts "
+            "sooner on a busy or scaling cluster, but each added worker loads the model "
+            "again mid-run. Both engines read it the same way. A range is stored as "
+            "min_concurrency and concurrency (its upper end)."
+        ),
+    )
+    min_concurrency: int | None = Field(
+        None,
+        gt=0,
+        exclude=True,  # written back as the concurrency range, [min, max]
+        description=(
+            "Lower end of an autoscaling pool (the first number of a concurrency "
+            "range); unset means a fixed pool of 'concurrency' workers."
         ),
     )
     accelerator_type: str | None = Field(
@@ -179,9 +207,113 @@ class EngineConfig(StrictModel):
         gt=0,
         description=(
             "CPUs reserved per engine worker. On CPU-only machines this is also the "
-            "number of threads the model uses."
+            "number of threads the model uses. For vLLM it is reserved beside each of "
+            "the worker's GPUs (Ray Data LLM's placement_group_config), which leaves "
+            "room for the tokenizer and scheduler threads; more only helps when "
+            "preprocessing on the GPU node is the bottleneck."
         ),
     )
+    # Left out of dumps while unset (exclude_if), so specs written before these
+    # fields existed keep their hash: rendered job names and resume fingerprints.
+    max_concurrent_batches: int | None = Field(
+        None,
+        gt=0,
+        exclude_if=lambda value: value is None,
+        description=(
+            "vLLM only: batches each engine worker works on at once (unset: Ray Data "
+            "LLM's default, 8). vLLM schedules up to max_num_seqs requests (256 unless "
+            "engine_kwargs says) from what it has been given, so batch_size x this "
+            "should reach max_num_seqs or the GPU idles; more rows in flight cost "
+            "memory and lose more work if a worker dies."
+        ),
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        exclude_if=lambda value: not value,
+        description=(
+            "Extra arguments to the model's chat template, for both engines, e.g. "
+            "{enable_thinking: false} to stop Qwen3 thinking before it answers (which "
+            "would spend max_tokens on reasoning)."
+        ),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _concurrency_range(cls, data: Any) -> Any:
+        """``concurrency: [1, 4]`` / ``--concurrency 1-4``: min_concurrency + concurrency."""
+        if not isinstance(data, dict):
+            return data
+        value = data.get("concurrency")
+        if isinstance(value, str) and "-" in value.strip().lstrip("-"):
+            value = value.strip().split("-", 1)
+        if isinstance(value, (list, tuple)):
+            if len(value) != 2:
+                raise ValueError(
+                    f"concurrency: {list(value)!r} is not a range; write [min, max], e.g. [1, 4]"
+                )
+            data = {**data, "min_concurrency": value[0], "concurrency": value[1]}
+        elif value is not None and "min_concurrency" not in data:
+            data = {**data, "min_concurrency": None}
+        return data
+
+    @field_serializer("concurrency")
+    def _dump_concurrency(self, value: int) -> int | list[int]:
+        return value if self.min_concurrency is None else [self.min_concurrency, value]
+
+    @model_validator(mode="after")
+    def _fits_the_engine(self) -> "EngineConfig":
+        if self.min_concurrency is not None and self.min_concurrency > self.concurrency:
+            raise ValueError(
+                f"concurrency range {self.min_concurrency}-{self.concurrency}: the lower "
+                "end is more than the upper end"
+            )
+        for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+            size = self.engine_kwargs.get(key, 1)
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise ValueError(f"engine_kwargs.{key} must be a positive whole number, "
+                                 f"not {size!r}")
+        if self.kind == "transformers":
+            refused = []
+            if self.max_concurrent_batches is not None:
+                refused.append("max_concurrent_batches (vLLM's batches in flight per worker)")
+            if self.gpus_per_worker > 1:
+                refused.append("engine_kwargs.tensor_parallel_size / pipeline_parallel_size "
+                               "(a transformers worker uses one GPU)")
+            if refused:
+                raise ValueError(
+                    "the transformers engine can't honour " + " or ".join(refused)
+                    + "; remove it or use kind: vllm"
+                )
+        return self
+
+    @property
+    def pool_size(self) -> tuple[int, int]:
+        """(min, max) engine workers; equal for a fixed pool."""
+        return (self.min_concurrency or self.concurrency, self.concurrency)
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """GPUs one engine worker holds: vLLM's tensor x pipeline parallel size; the
+        transformers engine one with an accelerator, else none."""
+        if self.kind == "vllm" or self.accelerator_type is not None:
+            return int(self.engine_kwargs.get("tensor_parallel_size", 1)) * int(
+                self.engine_kwargs.get("pipeline_parallel_size", 1))
+        return 0
+
+    def engine_warnings(self) -> list[str]:
+        """What the user should know about these settings before a run (not errors)."""
+        warnings = []
+        if self.kind == "vllm":
+            batches = self.max_concurrent_batches or VLLM_DEFAULT_MAX_CONCURRENT_BATCHES
+            max_num_seqs = int(self.engine_kwargs.get("max_num_seqs") or VLLM_DEFAULT_MAX_NUM_SEQS)
+            if self.batch_size * batches < max_num_seqs:
+                warnings.append(
+                    f"engine.batch_size {self.batch_size} x max_concurrent_batches {batches} "
+                    f"= {self.batch_size * batches} rows in flight per worker, fewer than "
+                    f"vLLM's max_num_seqs {max_num_seqs}: the GPU will wait for work. Raise "
+                    "engine.batch_size or engine.max_concurrent_batches."
+                )
+        return warnings
 
 
 class SamplingConfig(StrictModel):
