@@ -20,6 +20,10 @@ from toolkit.engines.model_source import check_model_source
 from toolkit.run.input_data import HF_PREFIX, check_required_columns
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
+from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
+from toolkit.spec.catalog import USER_MODULE_PREFIX
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import JobSpec, SamplingConfig
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
     GENERATED_TEXT_COLUMN,
@@ -29,16 +33,11 @@ from toolkit.spec.row_contract import (
     plain,
     row_error,
 )
-from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
-from toolkit.spec.catalog import USER_MODULE_PREFIX
-from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import JobSpec, SamplingConfig
 from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
-
 
 
 def engine_sampling_params(
