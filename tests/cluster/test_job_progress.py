@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,10 +16,11 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
+from watch_only_backend import WatchOnlyBackend
 from click.testing import CliRunner, Result
 
 from toolkit.cli.main import main
-from toolkit.cluster.backends.base import Backend, JobHandle, JobInfo, JobStatus, SubmitRequest
+from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
 from toolkit.cluster.job_progress import (
     OutputRows,
     Progress,
@@ -55,13 +55,8 @@ class FakeClock:
             self.on_sleep(self.now)
 
 
-class RunningBackend:
+class RunningBackend(WatchOnlyBackend):
     """A Backend whose one job keeps RUNNING, writing into ``output``."""
-
-    name = "fake"
-    poll_interval_s = 2.0
-    local = False
-    where = "a test"
 
     def __init__(self, output: str | None, log: str = "") -> None:
         self.output = output
@@ -73,15 +68,6 @@ class RunningBackend:
 
     def logs(self, job_id: str) -> str:
         return self.log
-
-    def submit(self, request: SubmitRequest, secrets: Mapping[str, str]) -> JobHandle:
-        raise NotImplementedError
-
-    def stop(self, job_id: str) -> bool:
-        raise NotImplementedError
-
-    def list(self) -> list[JobInfo]:
-        return []
 
 
 class GrowingRunDirectory:

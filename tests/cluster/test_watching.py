@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import pytest
+from watch_only_backend import WatchOnlyBackend
 
-from toolkit.cluster.backends.base import Backend, JobHandle, JobInfo, JobStatus, SubmitRequest
+from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
 from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
 from toolkit.cluster.watching import Clock, follow, raise_for_outcome
 
 
-class ScriptedBackend:
+class ScriptedBackend(WatchOnlyBackend):
     """A Backend whose job moves one scripted step per status poll."""
 
     name = "scripted"
-    poll_interval_s = 2.0
-    local = False
-    where = "a script"
 
     def __init__(self, steps: list[tuple[JobStatus, str]]):
         self.steps = steps
@@ -32,15 +29,6 @@ class ScriptedBackend:
 
     def logs(self, job_id: str) -> str:
         return self.current[1]
-
-    def submit(self, request: SubmitRequest, secrets: Mapping[str, str]) -> JobHandle:
-        raise NotImplementedError
-
-    def stop(self, job_id: str) -> bool:
-        raise NotImplementedError
-
-    def list(self) -> list[JobInfo]:
-        return []
 
 
 class FakeClock:
