@@ -103,8 +103,12 @@ def test_every_builtin_job_renders_to_a_valid_anyscale_job(job: str, tmp_path: P
     staged_job = load_job(str(tmp_path / staged / "job.yaml"))
     staged_spec = read_spec_file(staged_job, tmp_path / result.spec_path)
     assert staged_spec.model_dump() == job_spec.model_dump()
-    [workers] = config.compute_config.worker_nodes
-    assert workers.instance_type == worker_instance_type(job_spec.engine.accelerator_type)
+    # One worker group per accelerator the model stages name (a multi-stage job may
+    # name two), the main engine's first.
+    workers = config.compute_config.worker_nodes
+    assert workers[0].instance_type == worker_instance_type(job_spec.engine.accelerator_type)
+    accelerators = {e.accelerator_type for e in (job_spec.engine, *job_spec.stages.values())}
+    assert len(workers) == len(accelerators)
     assert config.env_vars == {"PYTHONUNBUFFERED": "1"}
     for exclude in (".git", ".venv", "out", "outputs", "__pycache__", "*.egg-info"):
         assert exclude in config.excludes

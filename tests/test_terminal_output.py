@@ -77,7 +77,8 @@ def screen_lines(text: str) -> list[str]:
 def test_a_run_on_a_terminal_shows_our_progress_and_keeps_rays_output_in_the_log(tmp_path):
     out = tmp_path / "out"
     printed, code = run_in_terminal(
-        ["run", "text-industry", "--smoke", "--rows", "300", "--output", str(out)], tmp_path)
+        ["run", "text-industry", "--smoke", "--rows", "300", "--output", str(out), "--dashboard"],
+        tmp_path)
     lines = screen_lines(printed)
     assert code == 0, printed[-3000:]
 

@@ -17,9 +17,9 @@ def test_preprocess_asks_about_the_company_and_lists_the_choices():
     system, user = out["messages"]
     assert system["role"] == "system" and user["role"] == "user"
     assert user["content"] == (
-        'Which industry does the company "Vega, Gibson and Rowland" most likely belong to? '
         "Choose one of: Law Firm, Healthcare, Technology, Retail, Consulting, Manufacturing, "
-        "Finance, Real Estate, Other.")
+        "Finance, Real Estate, Other. Which industry does this company most likely belong "
+        "to? Company: Vega, Gibson and Rowland")
     assert "Law Firm, Healthcare, Technology" in user["content"]
 
 

@@ -108,7 +108,10 @@ def test_builtin_jobs_are_listed_and_run_from_any_folder(installed: Installed, p
     listed = installed.toolkit("jobs", cwd=project)
     assert listed.returncode == 0, listed.stderr
     names = [line.split()[0] for line in listed.stdout.splitlines()]
-    assert names == ["date-reformat", "text-industry", "vlm-caption", "./sentiment.yaml"]
+    assert names == ["date-reformat", "embed", "image-classify", "openai-batch",
+                     "review-triage", "tabular-predict", "text-classify", "text-industry",
+                     "vlm-caption",
+                     "./sentiment.yaml"]
 
     before = _snapshot(installed.package)
     done = installed.toolkit("run", "text-industry", "--rows", "100", "--smoke", cwd=project)

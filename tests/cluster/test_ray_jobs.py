@@ -261,6 +261,7 @@ def test_missing_token_is_explained(ray_head: LocalHead, tmp_path: Path) -> None
 @pytest.mark.parametrize("job, rows, result_column", [
     ("date-reformat", "100", "matches_reference"),
     ("vlm-caption", "20", "generated_caption"),
+    ("tabular-predict", "100", "prediction"),
 ])
 def test_every_job_submits_and_succeeds(job: str, rows: str, result_column: str,
                                          ray_head: LocalHead, tmp_path: Path) -> None:

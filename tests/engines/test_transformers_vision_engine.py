@@ -182,17 +182,11 @@ def test_importing_the_engine_module_does_not_load_torch():
 # --------------------------------------------------------------------------- on Ray
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_runs_as_a_ray_data_stage(local_ray, model_dir, pictures):
+    import ray
+
     good, other, corrupt = pictures
-    ds = local_ray.data.from_items(
+    ds = ray.data.from_items(
         [
             image_row(0, as_data_url(good)),
             image_row(1, as_data_url(other)),

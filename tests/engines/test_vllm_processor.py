@@ -129,3 +129,67 @@ def test_ray_data_llm_stages_template_good_rows_and_pass_error_rows_by(local_ray
         assert row["__inference_error__"] == "" and row["error"] is None
     assert blank["__inference_error__"] == blank["error"] == "preprocess: column 'Company' is empty"
     assert blank.get("prompt") is None and blank.get("tokenized_prompt") is None
+
+
+def rows_before_the_engine(processor, stage_names, rows):
+    """Run the named stages of a built processor on ``rows`` with real Ray."""
+    import ray
+    from ray.llm._internal.batch.processor.base import Processor
+
+    stages = [processor.get_stage_by_name(name) for name in stage_names]
+    return Processor(processor.config, stages)(ray.data.from_items(rows)).take_all()
+
+
+def test_date_reformat_rows_ask_vllm_for_the_date_pattern(local_ray, tiny_chat_model):
+    from toolkit.run.pipeline import prepare_row
+
+    job = load_job("date-reformat")
+    spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
+    options = job.options_of(spec)
+    params = engine_sampling_params(spec.sampling, job.structured_output(options))
+    row = prepare_row({"Index": "7", "Subscription Date": "2021-03-04"}, job.preprocess,
+                      options, params)
+    (out,) = rows_before_the_engine(
+        build_vllm_processor(spec.engine), ["ChatTemplateStage", "TokenizeStage"], [row])
+
+    assert "2021-03-04" in out["prompt"] and len(out["tokenized_prompt"]) > 0
+    assert out["sampling_params"]["structured_outputs"] == job.structured_output(options)
+    assert out["sampling_params"]["temperature"] == spec.sampling.temperature
+
+
+def test_vlm_caption_rows_carry_their_image_to_vllm(local_ray, tmp_path):
+    """The rows vlm-caption hands to Ray Data LLM, after a trip through Ray's blocks:
+    chat messages with the resized image as an OpenAI ``image_url`` data URL, the form
+    vLLM's multimodal stage (the processor's first) parses. That stage imports vLLM
+    and the chat template runs on its output, so neither runs here."""
+    import ray
+
+    import base64
+    import io
+
+    from PIL import Image
+
+    from toolkit.run.pipeline import prepare_row
+    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.tiny_vision_model import tiny_vision_model_path
+
+    job = load_job("vlm-caption")
+    model = str(tiny_vision_model_path())
+    spec = load_job_spec(job, overrides={"engine.model": model})
+    options = job.options_of(spec)
+    params = engine_sampling_params(spec.sampling, job.structured_output(options))
+    (picture,) = write_sample_images(tmp_path, count=1)
+    row = prepare_row({"id": "img-0", options.image_column: picture.read_bytes()},
+                      job.preprocess, options, params)
+    processor = build_vllm_processor(spec.engine, multimodal=job.multimodal)
+    assert processor.list_stage_names()[:2] == ["PrepareMultimodalStage", "ChatTemplateStage"]
+    (out,) = ray.data.from_items([row]).take_all()
+
+    parts = [part for message in out["messages"] if not isinstance(message["content"], str)
+             for part in message["content"]]
+    (image_part,) = [part for part in parts if part["type"] == "image_url"]
+    header, data = image_part["image_url"]["url"].split(",", 1)
+    assert header.startswith("data:image/")
+    assert Image.open(io.BytesIO(base64.b64decode(data))).size == tuple(options.image_size)
+    assert any(part["type"] == "text" and part["text"] == options.prompt for part in parts)
+    assert out["__inference_error__"] == "" and out["error"] is None

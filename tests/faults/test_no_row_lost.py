@@ -27,9 +27,10 @@ ROWS = 2000
 BATCH = 64
 
 
-def toolkit_run(out: Path, *extra: str) -> subprocess.Popen:
+def toolkit_run(out: Path, *extra: str, job: str = "text-industry",
+                rows: int = ROWS) -> subprocess.Popen:
     return subprocess.Popen(
-        ["toolkit", "run", "text-industry", "--smoke", "--rows", str(ROWS), "--partitions", "40",
+        ["toolkit", "run", job, "--smoke", "--rows", str(rows), "--partitions", "40",
          "--batch-size", str(BATCH), "--output", str(out), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True,
@@ -64,12 +65,12 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def output_ids(out: Path) -> list[int]:
-    return [int(i) for i in pq.read_table(out, columns=["Index"])["Index"].to_pylist()]
+def output_ids(out: Path, id_column: str = "Index") -> list[int]:
+    return [int(i) for i in pq.read_table(out, columns=[id_column])[id_column].to_pylist()]
 
 
-def assert_exact(out: Path, rows: int = ROWS) -> None:
-    ids = output_ids(out)
+def assert_exact(out: Path, rows: int = ROWS, id_column: str = "Index") -> None:
+    ids = output_ids(out, id_column)
     assert len(ids) == rows, f"{len(ids)} rows written, {len(ids) - len(set(ids))} duplicates"
     assert set(ids) == set(range(1, rows + 1))
 
@@ -92,33 +93,35 @@ def test_a_killed_engine_actor_is_replaced_and_no_row_is_lost(tmp_path):
     assert_exact(out)
 
 
-def test_a_killed_driver_resumes_with_only_the_remaining_rows(tmp_path):
+@pytest.mark.parametrize("job, id_column, rows", [("text-industry", "Index", ROWS),
+                                                  ("text-classify", "review_id", 800)])
+def test_a_killed_driver_resumes_with_only_the_remaining_rows(tmp_path, job, id_column, rows):
     out = tmp_path / "out"
-    proc = toolkit_run(out)
+    proc = toolkit_run(out, job=job, rows=rows)
     try:
-        wait_for_rows(out, proc, at_least=ROWS // 2)
+        wait_for_rows(out, proc, at_least=rows // 2)
     finally:
         kill_group(proc)
-    before = len(set(output_ids(out)))
-    assert 0 < before < ROWS
+    before = len(set(output_ids(out, id_column)))
+    assert 0 < before < rows
 
-    rerun = toolkit_run(out)
+    rerun = toolkit_run(out, job=job, rows=rows)
     stdout, _ = rerun.communicate(timeout=300)
     kill_group(rerun)
     assert rerun.returncode == 0, stdout
-    assert_exact(out)
+    assert_exact(out, rows, id_column=id_column)
     processed = int(next(line for line in stdout.splitlines() if "this run:" in line)
                     .split()[2].replace(",", ""))
     # At most the rows not yet written, plus one batch in flight per engine worker.
-    assert ROWS - before <= processed <= ROWS - before + BATCH
+    assert rows - before <= processed <= rows - before + BATCH
     assert "Resumed:" in stdout
 
-    third = toolkit_run(out)
+    third = toolkit_run(out, job=job, rows=rows)
     stdout, _ = third.communicate(timeout=300)
     kill_group(third)
     assert third.returncode == 0
     assert "Already complete" in stdout
-    assert_exact(out)
+    assert_exact(out, rows, id_column=id_column)
 
 
 @pytest.fixture()

@@ -27,7 +27,9 @@ data:
 
 
 def test_builtins_ship_with_the_toolkit():
-    assert [job.name for job in builtin_jobs()] == ["date-reformat", "text-industry", "vlm-caption"]
+    assert [job.name for job in builtin_jobs()] == [
+        "date-reformat", "embed", "image-classify", "openai-batch", "review-triage",
+        "tabular-predict", "text-classify", "text-industry", "vlm-caption"]
     assert all(job.builtin and job.description for job in builtin_jobs())
 
 
@@ -112,7 +114,8 @@ def test_unknown_jobs_list_what_exists(tmp_path: Path):
     (tmp_path / "sentiment.yaml").write_text(PROMPT_JOB)
     with pytest.raises(SpecError) as refused:
         find_job("sentimnet", tmp_path)
-    assert "Available jobs: date-reformat, text-industry, vlm-caption" in str(refused.value)
+    builtins = ", ".join(job.name for job in builtin_jobs())
+    assert f"Available jobs: {builtins}, " in str(refused.value)  # the built-ins, then yours
     with pytest.raises(SpecError, match="Job file ./nope.yaml does not exist"):
         find_job("./nope.yaml", tmp_path)
 

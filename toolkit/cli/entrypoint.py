@@ -32,19 +32,22 @@ RUNTIME_PACKAGES: dict[str, str] = {
 #: which a custom cluster may give a different image than its head node.
 ENGINE_PACKAGES: dict[str, dict[str, str]] = {
     "transformers": {"torch": "torch", "transformers": "transformers", "xgrammar": "xgrammar"},
+    "sklearn": {"sklearn": "scikit-learn", "joblib": "joblib"},
 }
 
 
-def missing_packages(engine_kind: str | None = None) -> list[str]:
-    """pip names of the packages this Python lacks for a run (on ``engine_kind``)."""
+def missing_packages(*engine_kinds: str) -> list[str]:
+    """pip names of the packages this Python lacks for a run on ``engine_kinds`` (every
+    model stage's engine)."""
     wanted = dict(RUNTIME_PACKAGES)
-    wanted.update(ENGINE_PACKAGES.get(engine_kind or "", {}))
+    for kind in engine_kinds:
+        wanted.update(ENGINE_PACKAGES.get(kind, {}))
     return [pip for module, pip in wanted.items() if importlib.util.find_spec(module) is None]
 
 
-def check_packages(engine_kind: str | None = None) -> None:
+def check_packages(*engine_kinds: str) -> None:
     """Raises SpecError naming every missing package and how to get it onto the cluster."""
-    missing = missing_packages(engine_kind)
+    missing = missing_packages(*engine_kinds)
     if missing:
         raise SpecError(
             f"This Python ({sys.executable}) lacks {', '.join(missing)}, which the run needs.",
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         job = load_job(args.job)
         spec = read_spec_file(job, args.spec)
         # Workers load the model, but they run the driver's image in every setup we render.
-        check_packages(spec.engine.kind)
+        check_packages(*(stage.kind for stage in spec.stages.values()), spec.engine.kind)
         connection = connect_ray()
         if connection.dashboard_url:
             print(f"Ray Dashboard: {connection.dashboard_url}", flush=True)

@@ -116,8 +116,12 @@ def show_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
 @click.option("-v", "--verbose", is_flag=True,
               help="Show Ray's own output (its logs, warnings and progress bars) here "
                    "instead of in <output>/_logs/run.log.")
+@click.option("--dashboard", is_flag=True,
+              help="Start the Ray Dashboard with the local Ray (off by default: about 1 GB "
+                   "and a slower start that the engine would otherwise have).")
 def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
-                overwrite: bool, address: str | None, verbose: bool, **kwargs: Any) -> None:
+                overwrite: bool, address: str | None, verbose: bool, dashboard: bool,
+                **kwargs: Any) -> None:
     """Run JOB's pipeline from here, on a local Ray (or RAY_ADDRESS), and summarise it.
 
     Shows one progress line (rows done of total, rows/s, ETA, error rows); Ray's
@@ -166,6 +170,7 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
                 on_progress=display.show,
                 on_notice=lambda notice: display.message(f"Warning: {notice}"),
                 progress_interval_s=LIVE_INTERVAL_S if live else display.plain_interval_s,
+                dashboard=dashboard,
             )
         finally:
             display.close()

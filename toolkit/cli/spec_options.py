@@ -38,8 +38,10 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--output", help="Output directory (local or s3://)."),
         click.option("--partitions", help="Number of blocks to split the rows into."),
         click.option("--model", help="Hugging Face id or local checkpoint directory."),
-        click.option("--engine", type=click.Choice(["vllm", "transformers"]),
-                     help="Inference engine: vllm (GPU) or transformers (CPU/small GPU)."),
+        click.option("--engine", type=click.Choice(["vllm", "transformers", "http", "sklearn"]),
+                     help="Inference engine: vllm (GPU), transformers (CPU/small GPU), "
+                          "http (an OpenAI-compatible server at engine.base_url) or "
+                          "sklearn (a model file, for engine.task tabular)."),
         click.option("--batch-size", help="Rows per engine batch."),
         click.option("--concurrency", metavar="N|MIN-MAX",
                      help="Engine workers (model replicas): 4 is a fixed pool of 4, 1-4 "

@@ -77,7 +77,8 @@ LOCAL_ENV_VARS: tuple[str, ...] = ("TOOLKIT_CACHE_DIR", "HF_HOME", "TOOLKIT_DEBU
 RAY_LLM_IMAGE = "anyscale/ray-llm:{ray_version}-py311-cu128"
 
 #: The package extra each engine needs when the image does not already have it.
-ENGINE_EXTRAS: dict[str, str] = {"vllm": "vllm", "transformers": "local"}
+ENGINE_EXTRAS: dict[str, str] = {"vllm": "vllm", "transformers": "local", "http": "http",
+                                 "sklearn": "local"}
 
 #: What the toolkit itself needs on any cluster whose image isn't ray-llm (Ray and
 #: pyarrow come with the cluster); the entrypoint checks them first thing.
@@ -137,6 +138,9 @@ def job_requirements(spec: JobSpec, image_uri: str | None) -> list[str]:
                    in RUNTIME_REQUIREMENTS] or list(RUNTIME_REQUIREMENTS)
     if image_uri is not None and not is_ray_llm_image(image_uri):
         wanted += _package_requirements(ENGINE_EXTRAS[spec.engine.kind])
+        for stage in spec.stages.values():
+            if stage.kind in ENGINE_EXTRAS:
+                wanted += _package_requirements(ENGINE_EXTRAS[stage.kind])
     if spec.data.input.startswith("hf://"):
         wanted += [r for r in _package_requirements(None) if r.startswith("datasets")] or [
             "datasets"
@@ -156,16 +160,28 @@ def anyscale_compute_config(spec: JobSpec) -> dict[str, Any]:
     return {
         "head_node": {"instance_type": compute.head_instance_type},
         "worker_nodes": [
-            {
-                "instance_type": worker_instance_type(
-                    spec.engine.accelerator_type, override=compute.worker_instance_type,
-                    gpus=spec.engine.gpus_per_worker,
-                ),
-                "min_nodes": compute.min_workers,
-                "max_nodes": compute.max_workers,
-            }
+            {"instance_type": instance_type, "min_nodes": compute.min_workers,
+             "max_nodes": compute.max_workers}
+            for instance_type in worker_instance_types(spec)
         ],
     }
+
+
+def worker_instance_types(spec: JobSpec) -> list[str]:
+    """One worker instance type per accelerator the model stages ask for, the main
+    engine's first: a multi-stage job whose stages use different GPUs gets a worker
+    group for each; stages on the same GPU share one, sized for the most GPUs any of
+    them needs on one node."""
+    gpus: dict[str | None, tuple[str | None, int]] = {}
+    for engine in (spec.engine, *spec.stages.values()):
+        accelerator = engine.accelerator_type
+        key = accelerator.upper() if accelerator else None
+        gpus[key] = (accelerator, max(gpus.get(key, (None, 0))[1], engine.gpus_per_worker))
+    return list(dict.fromkeys(
+        worker_instance_type(accelerator, override=spec.compute.worker_instance_type,
+                             gpus=count)
+        for accelerator, count in gpus.values()
+    ))
 
 
 @dataclass(frozen=True)

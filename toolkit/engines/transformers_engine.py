@@ -4,10 +4,16 @@ Same row contract as Ray Data LLM's vLLM processor: ``messages`` and
 ``sampling_params`` in, ``generated_text`` out, other columns carried through. It
 exists for CPUs and small GPUs, where vLLM doesn't run.
 
-Why it is fast enough to matter:
+Why it is fast (``bench/engine_throughput.py`` measures each point alone):
 - the model loads once per actor (class UDF), never per batch;
-- a whole Ray batch is one left-padded ``generate`` call with a KV cache, rather
+- a whole Ray batch is one padded ``generate`` call with a KV cache, rather
   than the row-at-a-time ``pipeline("text-generation")`` pattern;
+- the prompt head every row shares (system prompt, chat template) is computed
+  once per actor and its key/value cache reused by every batch
+  (:mod:`toolkit.engines.prompt_prefix`; ``engine_kwargs.enable_prefix_caching:
+  false`` turns it off, as on vLLM);
+- at temperature 0 an identical prompt is answered once per actor, and rows
+  that already failed never reach the model;
 - structured outputs (``choice``/``regex``/``json``/``grammar``, vLLM's names) go
   through xgrammar, the library vLLM itself uses, as a token mask at each step,
   so a constrained answer needs only as many decode steps as its tokens and is
@@ -16,12 +22,16 @@ Why it is fast enough to matter:
 
 from __future__ import annotations
 
+import hashlib
 import json
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from toolkit.engines.prompt_prefix import PrefixCache
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
     MESSAGES_COLUMN,
@@ -56,8 +66,22 @@ def structured_output_grammar(constraint: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+#: Greedy answers an actor remembers, by prompt (a few MB at most).
+ANSWERS_KEPT = 50_000
+
+
 class TransformersChatEngine:
-    """Ray Data class UDF: loads the model in ``__init__``, generates per batch."""
+    """Ray Data class UDF: loads the model in ``__init__``, generates per batch.
+
+    ``dedupe`` (answer an identical greedy prompt once) and ``rows_per_call``
+    (cut a batch's rows, ordered by length, into ``generate`` calls of at most
+    this many; None: one call) exist to measure and compare; the defaults are
+    the fast ones.
+    """
+
+    #: Prompts are token lists whose shared head can be cached (the vision
+    #: engine's prompts carry images, so it pads whole prompts instead).
+    reuses_prompt_prefix = True
 
     def __init__(
         self,
@@ -67,6 +91,8 @@ class TransformersChatEngine:
         num_threads: int = 1,
         samples: "SampleProvider | None" = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        dedupe: bool = True,
+        rows_per_call: int | None = None,
     ) -> None:
         import torch
 
@@ -91,6 +117,15 @@ class TransformersChatEngine:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._compiler: Any = None
         self._grammars: dict[str, Any] = {}
+        # vLLM's setting, with vLLM's default (on); off only to compare answers or speed.
+        self.prefixes = (
+            PrefixCache(self.model, self.tokenizer.pad_token_id, self.device)
+            if self.reuses_prompt_prefix and engine_kwargs.get("enable_prefix_caching", True)
+            else None
+        )
+        self.dedupe = dedupe
+        self.rows_per_call = rows_per_call
+        self._answers: OrderedDict[bytes, tuple[str, int, int]] = OrderedDict()
 
     def _load(self, path: str, dtype: str) -> tuple[Any, Any]:
         """Load (tokenizer, model) from ``path``; subclasses load other model kinds."""
@@ -146,6 +181,22 @@ class TransformersChatEngine:
             {"input_ids": list(prompts)}, padding=True, return_tensors="pt"
         ).to(self.device)
 
+    def _model_inputs(self, prompts: Sequence[Any]) -> Any:
+        """The batch's ``generate`` inputs: suffixes after a cached shared prefix where
+        the prompts have one, else whole prompts left-padded."""
+        if self.prefixes is not None:
+            prepared = self.prefixes.prepare(prompts)
+            if prepared is not None:
+                return prepared
+        return self._encode(prompts)
+
+    def _prompt_key(self, prompt: Any) -> bytes | None:
+        """What makes two prompts the same prompt (their tokens); None: never the same."""
+        return array("q", prompt).tobytes()
+
+    def _prompt_length(self, prompt: Any) -> int:
+        return len(prompt)
+
     def _row_budgets(self, params: dict[str, Any], prompt_lengths: Sequence[int]) -> list[int]:
         """Per row, the new tokens it may get, as vLLM counts them: its own
         ``max_tokens``, capped by what ``max_model_len`` leaves after its own prompt
@@ -159,7 +210,7 @@ class TransformersChatEngine:
         """Generate for prompts sharing one set of sampling params: per row, (text,
         generated tokens, prompt tokens)."""
         torch = self.torch
-        encoded = self._encode(prompts)
+        encoded = self._model_inputs(prompts)
         prompt_len = encoded["input_ids"].shape[1]
         prompt_counts = encoded["attention_mask"].sum(dim=1).tolist()
         budgets = self._row_budgets(params, prompt_counts)
@@ -207,6 +258,55 @@ class TransformersChatEngine:
                 results.append(exc)
         return results
 
+    def _answer_group(
+        self, prompts: Sequence[Any], params: dict[str, Any], params_key: str
+    ) -> list[tuple[str, int, int] | BaseException]:
+        """Answers for prompts sharing sampling params, each distinct prompt computed once.
+
+        At temperature 0 a prompt seen before, in this batch or an earlier one on
+        this actor, gets the answer already computed: greedy decoding would give it
+        the same one. The rest run ordered by length, so a call's rows pad alike.
+        """
+        greedy = not float(params.get("temperature") or 0.0) > 0
+        keys: list[bytes | None] = [None] * len(prompts)
+        if greedy and self.dedupe:
+            # 16-byte digests, so remembering 50k answers costs a few MB, not the prompts.
+            keys = [
+                hashlib.blake2b(params_key.encode() + k, digest_size=16).digest()
+                if (k := self._prompt_key(p)) is not None else None
+                for p in prompts
+            ]
+        results: list[tuple[str, int, int] | BaseException | None] = [None] * len(prompts)
+        first_of: dict[bytes, int] = {}
+        todo: list[int] = []
+        for i, key in enumerate(keys):
+            if key is not None and key in self._answers:
+                results[i] = self._answers[key]
+            elif key is not None and key in first_of:
+                continue  # filled in from its first occurrence below
+            else:
+                if key is not None:
+                    first_of[key] = i
+                todo.append(i)
+        todo.sort(key=lambda i: self._prompt_length(prompts[i]))
+        step = self.rows_per_call or len(todo) or 1
+        for start in range(0, len(todo), step):
+            chunk = todo[start: start + step]
+            answers = self._generate_isolating_failures([prompts[i] for i in chunk], params)
+            for i, answer in zip(chunk, answers):
+                results[i] = answer
+                if keys[i] is not None and not isinstance(answer, BaseException):
+                    self._remember(keys[i], answer)
+        for i, key in enumerate(keys):
+            if results[i] is None and key is not None:
+                results[i] = results[first_of[key]]
+        return [r for r in results if r is not None]  # every one is set by now
+
+    def _remember(self, key: bytes, answer: tuple[str, int, int]) -> None:
+        self._answers[key] = answer
+        if len(self._answers) > ANSWERS_KEPT:
+            self._answers.popitem(last=False)
+
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         size = len(batch[MESSAGES_COLUMN])
         errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
@@ -227,7 +327,7 @@ class TransformersChatEngine:
             group_params[key] = params
             groups.setdefault(key, []).append((i, prompt))
         for key, members in groups.items():
-            results = self._generate_isolating_failures([p for _, p in members], group_params[key])
+            results = self._answer_group([p for _, p in members], group_params[key], key)
             for (i, _), result in zip(members, results):
                 if isinstance(result, BaseException):
                     errors[i] = f"engine error: {type(result).__name__}: {result}"

@@ -97,6 +97,16 @@ class TransformersVisionEngine(TransformersChatEngine):
     the text engine.
     """
 
+    # Image placeholders expand inside the processor, so prompts are (text, images)
+    # rather than token lists: no shared-prefix cache, no answer memory.
+    reuses_prompt_prefix = False
+
+    def _prompt_key(self, prompt: Any) -> bytes | None:
+        return None
+
+    def _prompt_length(self, prompt: Any) -> int:
+        return 0
+
     def _load(self, path: str, dtype: str) -> tuple[Any, Any]:
         from transformers import AutoModelForImageTextToText, AutoProcessor
 

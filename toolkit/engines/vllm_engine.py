@@ -9,7 +9,7 @@ so building (and testing) the processor needs neither vLLM nor a GPU.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.model_source import resolve_model_source
 
@@ -47,20 +47,9 @@ def build_vllm_processor(
 
     for warning in engine.engine_warnings():
         logger.warning(warning)
-    low, high = engine.pool_size
-    cpu_stage = {"concurrency": (1, high)}
+    cpu_stage = {"concurrency": (1, engine.pool_size[1])}
     config = vLLMEngineProcessorConfig(
-        # A sample model is built here on the driver: vLLM workers need a path they
-        # can read, which only a shared filesystem or a local head gives them.
-        model_source=resolve_model_source(engine.model, samples),
-        engine_kwargs=dict(engine.engine_kwargs),
-        batch_size=engine.batch_size,
-        concurrency=(low, high),
-        accelerator_type=engine.accelerator_type,
-        placement_group_config={"bundle_per_worker": {"CPU": engine.num_cpus, "GPU": 1}},
-        **({"max_concurrent_batches": engine.max_concurrent_batches}
-           if engine.max_concurrent_batches is not None else {}),
-        should_continue_on_error=True,
+        **vllm_engine_settings(engine, samples),
         chat_template_stage={
             **cpu_stage, "chat_template_kwargs": dict(engine.chat_template_kwargs) or None
         },
@@ -69,6 +58,28 @@ def build_vllm_processor(
         prepare_multimodal_stage={**cpu_stage, "enabled": multimodal},
     )
     return build_processor(config)
+
+
+def vllm_engine_settings(
+    engine: "EngineConfig", samples: "SampleProvider | None" = None
+) -> dict[str, Any]:
+    """``vLLMEngineProcessorConfig`` arguments for the engine stage itself, the same
+    for every task (chat generation, embed, classify); the stages around it differ."""
+    low, high = engine.pool_size
+    settings: dict[str, Any] = {
+        # A sample model is built here on the driver: vLLM workers need a path they
+        # can read, which only a shared filesystem or a local head gives them.
+        "model_source": resolve_model_source(engine.model, samples),
+        "engine_kwargs": dict(engine.engine_kwargs),
+        "batch_size": engine.batch_size,
+        "concurrency": (low, high),
+        "accelerator_type": engine.accelerator_type,
+        "placement_group_config": {"bundle_per_worker": {"CPU": engine.num_cpus, "GPU": 1}},
+        "should_continue_on_error": True,
+    }
+    if engine.max_concurrent_batches is not None:
+        settings["max_concurrent_batches"] = engine.max_concurrent_batches
+    return settings
 
 
 def apply_vllm_engine(

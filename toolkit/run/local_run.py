@@ -39,6 +39,7 @@ def run_job(
     on_progress: Callable[[Progress], None] | None = None,
     on_notice: Callable[[str], None] | None = None,
     progress_interval_s: float = LIVE_INTERVAL_S,
+    dashboard: bool = False,
 ) -> RunSummary:
     """Connect to Ray (embedded unless ``address``/RAY_ADDRESS) and run the pipeline.
 
@@ -60,13 +61,17 @@ def run_job(
             background thread.
         on_notice: Called (from that thread) with what a user must know that Ray
             only wrote to ``log_file``: a worker out of memory, a worker that died.
+        dashboard: Start the Ray Dashboard with a Ray started here (see
+            :func:`~toolkit.run.ray_connection.connect_ray`).
 
     Raises:
         ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
             can't be joined (exit 3) or the run failed (exit 4), with the
             underlying cause in one paragraph.
     """
+    from toolkit.engines import check_engine_reachable
     from toolkit.run.input_data import HF_PREFIX
+    from toolkit.run.openai_batch import is_openai_batch, stage_requests
     from toolkit.run.pipeline import run_pipeline
     from toolkit.run.ray_connection import connect_ray, ray_target
     from toolkit.run.run_directory import RunDirectory, RunState
@@ -85,8 +90,11 @@ def run_job(
     run_dir = RunDirectory(spec.data.output)
     state = run_dir.prepare(
         spec, overwrite=overwrite, resumable=not spec.data.input.startswith(HF_PREFIX))
+    check_engine_reachable(spec.engine)  # an http engine's server, before Ray starts
+    if is_openai_batch(spec.data) and state is not RunState.COMPLETE:
+        stage_requests(spec, run_dir)  # a bad request file fails here too, before Ray starts
     with output_to(log_file, job.name):
-        connection = connect_ray(address, output=spec.data.output)
+        connection = connect_ray(address, output=spec.data.output, dashboard=dashboard)
         try:
             if on_connected is not None:
                 on_connected(connection)
@@ -132,21 +140,26 @@ def check_runs_locally(spec: JobSpec) -> None:
 
     import ray
 
-    if spec.engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise SpecError(
-            "engine.kind: vllm, but vLLM is not installed here.",
-            hint="Run it on a GPU cluster (toolkit submit), install the extra on a GPU "
-            "machine (pip install 'batch-llm-toolkit[vllm]'), or use --engine transformers "
-            "--accelerator none on this machine (--smoke does that for you).",
-        )
     gpus = ray.cluster_resources().get("GPU", 0)
-    if spec.engine.accelerator_type and not gpus:
-        raise SpecError(
-            f"engine.accelerator_type: {spec.engine.accelerator_type}, but this machine's "
-            "Ray has no GPU, so the engine would wait for one forever.",
-            hint="Add --accelerator none to run on CPU (transformers engine), or submit "
-            "the job to a GPU cluster with toolkit submit.",
-        )
+    # The job's earlier model stages (stages.NAME), then its main one (engine).
+    sections = [*((f"stages.{name}", stage) for name, stage in spec.stages.items()),
+                ("engine", spec.engine)]
+    for field, engine in sections:
+        if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise SpecError(
+                f"{field}.kind: vllm, but vLLM is not installed here.",
+                hint="Run it on a GPU cluster (toolkit submit), install the extra on a GPU "
+                "machine (pip install 'batch-llm-toolkit[vllm]'), or use --engine "
+                "transformers --accelerator none on this machine (--smoke does that for you).",
+            )
+        if engine.accelerator_type and not gpus:
+            raise SpecError(
+                f"{field}.accelerator_type: {engine.accelerator_type}, but this machine's "
+                "Ray has no GPU, so that stage would wait for one forever.",
+                hint="Set it to none to run on CPU (--accelerator none for engine, --set "
+                "stages.NAME.accelerator_type=none for a stage), or submit the job to a "
+                "GPU cluster with toolkit submit.",
+            )
 
 
 def root_cause(exc: BaseException) -> str:

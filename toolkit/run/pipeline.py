@@ -15,11 +15,19 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit.engines import apply_engine
+from toolkit.engines import apply_engine, check_engine_reachable
 from toolkit.engines.model_source import check_model_source
+from toolkit.errors import SpecError
 from toolkit.run.input_data import HF_PREFIX, check_required_columns
+from toolkit.run.model_stages import (
+    between_stages_schema,
+    clashing_result_columns,
+    prepare_stage_rows,
+)
+from toolkit.run.openai_batch import is_openai_batch, write_batch_output
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
+from toolkit.run.task_rows import prepare_task_row
 from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
 from toolkit.spec.catalog import USER_MODULE_PREFIX
 from toolkit.spec.job_definition import JobDefinition
@@ -30,6 +38,8 @@ from toolkit.spec.row_contract import (
     MESSAGES_COLUMN,
     RAY_LLM_ERROR_COLUMN,
     SAMPLING_PARAMS_COLUMN,
+    TASK_CONTRACTS,
+    arrow_type,
     plain,
     row_error,
 )
@@ -69,17 +79,40 @@ def prepare_row(
     in ``ray/llm/_internal/batch/stages/base.py``), so it never reaches vLLM. A good
     row's ``__inference_error__`` is ``""``, Ray's "no error" (not null, which a
     stage would take for an error). The transformers engine skips rows by ``error``.
+
+    A preprocess may return its own ``sampling_params`` for the row (an OpenAI
+    batch request's ``max_tokens``...): see :func:`row_sampling_params`.
     """
     out = dict(row)
+    own_params = None
     try:
-        out.update(preprocess(row, options))
+        produced = dict(preprocess(row, options))
+        own_params = produced.pop(SAMPLING_PARAMS_COLUMN, None)
+        out.update(produced)
         out[ERROR_COLUMN] = None
     except Exception as exc:  # noqa: BLE001 - recorded on the row
         out[MESSAGES_COLUMN] = None
         out[ERROR_COLUMN] = f"preprocess: {exc}"
     out[RAY_LLM_ERROR_COLUMN] = out[ERROR_COLUMN] or ""
-    out[SAMPLING_PARAMS_COLUMN] = sampling_params
+    out[SAMPLING_PARAMS_COLUMN] = row_sampling_params(sampling_params, own_params)
     return out
+
+
+def row_sampling_params(
+    spec_params: dict[str, Any], own: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The spec's sampling params with a row's own on top.
+
+    A row's ``None`` keeps the spec's value; a key the spec lacks is kept even when
+    ``None``, so every row a job prepares has the same keys (one Arrow type).
+    """
+    if not own:
+        return spec_params
+    merged = dict(spec_params)
+    for key, value in own.items():
+        if value is not None or key not in merged:
+            merged[key] = value
+    return merged
 
 
 def finish_row(
@@ -87,13 +120,18 @@ def finish_row(
     postprocess: Callable[[dict[str, Any], Any], dict[str, Any]],
     options: Any,
     result_columns: list[str],
+    engine_output: str = GENERATED_TEXT_COLUMN,
 ) -> dict[str, Any]:
-    """Apply the job's postprocess and fold every error shape into ``error``."""
+    """Apply the job's postprocess and fold every error shape into ``error``.
+
+    ``engine_output`` is the column the task's engine adds (``generated_text``,
+    ``label``, ``embedding``...); a good row without it is an error row."""
     error = row_error(row.get(ERROR_COLUMN)) or row_error(row.get(RAY_LLM_ERROR_COLUMN))
     results: dict[str, Any] = dict.fromkeys(result_columns)
     if error is None:
-        if row.get(GENERATED_TEXT_COLUMN) is None:
-            error = "engine returned no text for this row"
+        if row.get(engine_output) is None:
+            error = ("engine returned no text for this row" if engine_output == GENERATED_TEXT_COLUMN
+                     else f"engine returned no {engine_output} for this row")
         else:
             try:
                 produced = postprocess(row, options)
@@ -115,7 +153,7 @@ def output_schema(
 
     skip = {*result_columns, *dropped, *TOKEN_COLUMNS, ERROR_COLUMN}
     fields = [f.with_nullable(True) for f in input_schema if f.name not in skip]
-    fields += [pa.field(name, pa.type_for_alias(alias)) for name, alias in result_columns.items()]
+    fields += [pa.field(name, arrow_type(alias)) for name, alias in result_columns.items()]
     fields += [pa.field(name, pa.int64()) for name in TOKEN_COLUMNS]
     fields.append(pa.field(ERROR_COLUMN, pa.string()))
     return pa.schema(fields)
@@ -132,6 +170,7 @@ def finish_batch(
     schema: "pa.Schema",
     result_columns: list[str],
     strict_id_column: str | None = None,
+    engine_output: str = GENERATED_TEXT_COLUMN,
 ) -> "pa.Table":
     """Postprocess a batch and cast it to the fixed output schema.
 
@@ -147,7 +186,7 @@ def finish_batch(
         out = {name: row.get(name) for name in schema.names}
         if row_error(row.get(ERROR_COLUMN)):  # rejected before the engine: no token counts
             out.update(dict.fromkeys(TOKEN_COLUMNS))
-        out.update(finish_row(row, postprocess, options, result_columns))
+        out.update(finish_row(row, postprocess, options, result_columns, engine_output))
         if strict_id_column is not None and out[ERROR_COLUMN] is not None:
             raise StrictModeError(
                 f"--strict: row {strict_id_column}={row.get(strict_id_column)!r} failed: "
@@ -169,40 +208,98 @@ def build_dataset(
         InputDataError: the input is unreadable or lacks a required column (this
             happens before any model loads).
     """
-    check_model_source(spec.engine.model, samples)
+    task = TASK_CONTRACTS[spec.engine.task]
+    for engine in (*spec.stages.values(), spec.engine):
+        if engine.task not in ("tabular", "custom"):  # a file or class, checked as it loads
+            check_model_source(engine.model, samples)
+        check_engine_reachable(engine)  # an http server, before any row is read
     options = job.options_of(spec)
     result_columns = job.result_columns(options)
+    earlier_columns = [(stage.name, stage.result_columns(options)) for stage in job.stages]
+    clashes = clashing_result_columns([*earlier_columns, ("engine", result_columns)])
+    if clashes:
+        raise SpecError(f"Job {job.name}: two model stages write the same result column: "
+                        f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
     seen: dict[str, "pa.Schema"] = {}
 
     def check(schema: "pa.Schema") -> None:
-        required = [*job.required_columns(options), spec.data.id_column]
+        stage_columns = [c for stage in job.stages for c in stage.required_columns(options)]
+        required = [*job.required_columns(options), *stage_columns, spec.data.id_column]
         check_required_columns(schema, list(dict.fromkeys(required)), spec.data.input)
         seen["schema"] = schema
 
     source = open_run_source(spec, run_dir, check_schema=check, samples=samples)
     sampling_params = engine_sampling_params(spec.sampling, job.structured_output(options))
-    ds = source.dataset.map(
-        prepare_row,
-        fn_kwargs={
-            "preprocess": job.preprocess,
-            "options": options,
+    ds, earlier_results = apply_earlier_stages(job, spec, source.dataset, seen["schema"], samples)
+    if spec.engine.task == "generate":
+        ds = prepare_stage_rows(ds, prepare_row, {
+            "preprocess": job.preprocess, "options": options,
             "sampling_params": sampling_params,
-        },
-    )
-    ds = apply_engine(ds, spec.engine, multimodal=job.multimodal, samples=samples)
+        }, after_earlier_stage=bool(job.stages))
+    else:  # the job's own input columns for its task instead
+        ds = prepare_stage_rows(ds, prepare_task_row, {
+            "preprocess": job.preprocess, "options": options, "input_columns": task.inputs,
+        }, after_earlier_stage=bool(job.stages))
+    ds = apply_engine(ds, spec.engine, multimodal=job.multimodal, samples=samples,
+                      options=options)
     dropped = job.drop_columns(options) if job.drop_columns else []
     ds = ds.map_batches(
         finish_batch,
         fn_kwargs={
             "postprocess": job.postprocess,
             "options": options,
-            "schema": output_schema(seen["schema"], result_columns, dropped),
+            "schema": output_schema(seen["schema"], {**earlier_results, **result_columns},
+                                    dropped),
             "result_columns": list(result_columns),
+            "engine_output": task.main_output,
             "strict_id_column": spec.data.id_column if spec.strict else None,
         },
         batch_format="pyarrow",
     )
     return ds, source
+
+
+def apply_earlier_stages(
+    job: JobDefinition[Any],
+    spec: JobSpec,
+    ds: "Dataset",
+    input_schema: "pa.Schema",
+    samples: SampleProvider | None = None,
+) -> tuple["Dataset", dict[str, str]]:
+    """A multi-stage job's stages before ``engine``, in order: prepare -> the stage's
+    engine, on its own section ``spec.stages[name]`` (workers, batch size, CPUs,
+    accelerator) -> its postprocess (see :mod:`toolkit.run.model_stages`).
+
+    Returns:
+        The dataset and every earlier stage's result columns (name -> Arrow alias).
+    """
+    options = job.options_of(spec)
+    results: dict[str, str] = {}
+    for index, stage in enumerate(job.stages):
+        engine = spec.stages[stage.name]
+        contract = TASK_CONTRACTS[engine.task]
+        if engine.task == "generate":
+            kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
+                spec.sampling, stage.structured_output(options))}
+            prepare: Callable[..., dict[str, Any]] = prepare_row
+        else:
+            kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row
+        ds = prepare_stage_rows(ds, prepare, {
+            "preprocess": stage.preprocess, "options": options, **kwargs,
+        }, after_earlier_stage=index > 0)
+        ds = apply_engine(ds, engine, multimodal=stage.multimodal, samples=samples,
+                          options=options)
+        columns = stage.result_columns(options)
+        results.update(columns)
+        ds = ds.map_batches(finish_batch, fn_kwargs={
+            "postprocess": stage.postprocess,
+            "options": options,
+            "schema": between_stages_schema(input_schema, results),
+            "result_columns": list(columns),
+            "engine_output": contract.main_output,
+            "strict_id_column": spec.data.id_column if spec.strict else None,
+        }, batch_format="pyarrow")
+    return ds, results
 
 
 def ship_job_code_by_value(job: JobDefinition[Any]) -> None:
@@ -216,7 +313,9 @@ def ship_job_code_by_value(job: JobDefinition[Any]) -> None:
 
     from ray import cloudpickle
 
-    for hook in (job.preprocess, job.postprocess):
+    hooks = [job.preprocess, job.postprocess]
+    hooks += [hook for stage in job.stages for hook in (stage.preprocess, stage.postprocess)]
+    for hook in hooks:
         module = sys.modules.get(getattr(hook, "__module__", "") or "")
         if module is not None and module.__name__.startswith(USER_MODULE_PREFIX):
             cloudpickle.register_pickle_by_value(module)
@@ -272,6 +371,8 @@ def run_pipeline(
     # Rows this run wrote, counted from the files' own metadata.
     rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
     notes = [source.note] if source.note else []
+    if is_openai_batch(spec.data):  # before the summary: a summary means it is there
+        notes.append(write_batch_output(run_dir, spec))
     if state is RunState.PARTIAL:
         notes.append(f"Resumed: {rows_before:,} rows were already written by an earlier run.")
     summary = summarize_output(

@@ -170,8 +170,13 @@ def _read_text_table(stream: object, file_format: str) -> object:
 def expected_rows(spec: JobSpec) -> int | None:
     """Rows the run will write, where that is known before it runs: ``data.rows``,
     or a Parquet input's row count (from its footers). None otherwise (CSV/JSON
-    inputs, streamed datasets, samples without ``--rows``)."""
+    inputs, streamed datasets, samples without ``--rows``). An OpenAI batch file's
+    requests are counted once it is staged (before Ray starts)."""
     data = spec.data
+    if data.format == "openai-batch":
+        from toolkit.run.openai_batch import staged_request_count
+
+        return staged_request_count(RunDirectory(data.output))
     if data.rows is not None:
         return data.rows
     if data.input.startswith((SAMPLE_PREFIX, HF_PREFIX)):

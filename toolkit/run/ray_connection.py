@@ -75,6 +75,7 @@ def connect_ray(
     *,
     output: str | None = None,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    dashboard: bool = False,
 ) -> RayConnection:
     """``ray.init`` against ``address`` or ``RAY_ADDRESS``; without either, start Ray here.
 
@@ -88,6 +89,9 @@ def connect_ray(
         output: ``data.output`` of the run: when the cluster is not on this
             machine and this is a local path, :attr:`RayConnection.warnings` says so.
         connect_timeout_s: How long the port probe may take.
+        dashboard: Start the Ray Dashboard with a Ray started here. Off by default:
+            on a laptop its ten processes take about 1 GB and slow Ray's start by
+            seconds, CPU and memory the engine needs; the run shows its own progress.
 
     Raises:
         BackendUnavailableError: the cluster is unreachable, refused this client's
@@ -104,7 +108,8 @@ def connect_ray(
     target = ray_target(address, os.environ)
     if target in (None, "local"):
         context = ray.init(address=target, log_to_driver=True, configure_logging=True,
-                           logging_level="WARNING", num_cpus=local_logical_cpus())
+                           logging_level="WARNING", num_cpus=local_logical_cpus(),
+                           include_dashboard=dashboard)
         return RayConnection(
             address=str(context.address_info.get("gcs_address") or "local"),
             dashboard_url=_with_scheme(context.dashboard_url),

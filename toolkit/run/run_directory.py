@@ -13,7 +13,9 @@ Parquet/Arrow readers skip them:
   resumed run reads the same rows;
 - ``_summary.json``: written when a run completes;
 - ``_logs/run.log``: Ray's and the engine's own output during ``toolkit run``
-  (the terminal shows only the toolkit's progress), appended to by each run.
+  (the terminal shows only the toolkit's progress), appended to by each run;
+- ``_batch_output.jsonl``: for an OpenAI Batch API request file (``data.format:
+  openai-batch``), the Batch API output file, written once the run is complete.
 
 Everything else in the directory is someone else's. The toolkit never deletes it:
 a directory holding such files is refused, with or without ``--overwrite``, and
@@ -45,7 +47,10 @@ LOGS_DIR = "_logs"
 RUN_LOG_FILE = f"{LOGS_DIR}/run.log"
 RESULT_FILE_PREFIX = "part-"
 _STAGED_MARKER = "_complete"
-_OWN_NAMES = (MANIFEST_FILE, SUMMARY_FILE, CHECKPOINT_DIR, STAGED_INPUT_DIR, LOGS_DIR)
+#: The OpenAI Batch API output file of a run over an openai-batch request file.
+BATCH_OUTPUT_FILE = "_batch_output.jsonl"
+_OWN_NAMES = (MANIFEST_FILE, SUMMARY_FILE, CHECKPOINT_DIR, STAGED_INPUT_DIR, LOGS_DIR,
+              BATCH_OUTPUT_FILE)
 
 #: Spec fields that can't change any row's result, so a rerun that changes them
 #: still resumes (e.g. smaller batches after an out-of-memory crash). Every other
@@ -56,6 +61,12 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "engine.batch_size",
     "engine.concurrency",
     "engine.num_cpus",
+    # http: how fast and with which credentials rows reach the same server
+    "engine.qps",
+    "engine.max_retries",
+    "engine.retry_wait_s",
+    "engine.api_key_env",
+    "engine.headers_from_env",
     "compute",
     "strict",
 )
@@ -91,9 +102,15 @@ def results_fingerprint(spec: JobSpec) -> str:
         for part in parents:
             node = node.get(part, {})
         node.pop(last, None)
-    kwargs = decisive.get("engine", {}).get("engine_kwargs", {})
-    for name in RESULT_NEUTRAL_ENGINE_KWARGS:
-        kwargs.pop(name, None)
+    # A multi-stage job's earlier stages (stages.NAME) are engine sections too.
+    for stage in decisive.get("stages", {}).values():
+        for dotted in RESULT_NEUTRAL_FIELDS:
+            if dotted.startswith("engine."):
+                stage.pop(dotted.removeprefix("engine."), None)
+    for section in (decisive.get("engine", {}), *decisive.get("stages", {}).values()):
+        kwargs = section.get("engine_kwargs", {})
+        for name in RESULT_NEUTRAL_ENGINE_KWARGS:
+            kwargs.pop(name, None)
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -11,7 +11,9 @@ applies to read -> map -> write plans, so:
   resumed run reads the very same rows, where ``limit`` after a filtered read
   would take different ones;
 - a streamed Hugging Face dataset has no such Read, so it is not resumable and
-  the run says so.
+  the run says so;
+- an OpenAI Batch API request file is scanned and staged into ``_input`` too
+  (:mod:`toolkit.run.openai_batch`), whatever ``--rows`` says.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from toolkit.run.input_data import HF_PREFIX, input_schema, open_input
+from toolkit.run.openai_batch import is_openai_batch, read_staged_requests, stage_requests
 from toolkit.run.run_directory import RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 from toolkit.spec.sample_sources import SampleProvider, require_sample
@@ -63,6 +66,11 @@ def open_run_source(
         name = require_sample("data.input", data.input, samples, "input")
         assert samples is not None
         ds = samples.open_input(name, data.rows, data.seed, data.partitions)
+        check_schema(input_schema(ds, data.input))
+        return RunSource(ds, True)
+    if is_openai_batch(data):  # scanned and staged once: ids checked, bad lines kept
+        stage_requests(spec, run_dir)
+        ds = read_staged_requests(run_dir)
         check_schema(input_schema(ds, data.input))
         return RunSource(ds, True)
     ds = open_input(data)

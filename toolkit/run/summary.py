@@ -14,6 +14,21 @@ if TYPE_CHECKING:
     from toolkit.spec.models import JobSpec
 
 
+class StageSummary(BaseModel):
+    """One model stage of a multi-stage job, as its engine section ran it."""
+
+    name: str = Field(description="'stages.NAME' for an earlier stage; 'engine' for the main one.")
+    task: str
+    kind: str
+    model: str
+    workers: int = Field(description="Engine workers (the upper end of an autoscaling pool).")
+    min_workers: int = Field(description="The lower end of the pool (= workers when fixed).")
+    batch_size: int
+    num_cpus: float = Field(description="CPUs reserved per worker.")
+    gpus_per_worker: int
+    accelerator_type: str | None
+
+
 class RunSummary(BaseModel):
     job: str
     output: str
@@ -37,7 +52,13 @@ class RunSummary(BaseModel):
         None, description="rows_per_second / engine_workers: what `toolkit plan --from-run` reads."
     )
     gpu_hours: float | None = Field(
-        None, description="seconds x engine_workers x gpus_per_worker / 3600 (0 on CPU)."
+        None, description="seconds x engine_workers x gpus_per_worker / 3600 (0 on CPU); "
+        "a multi-stage job adds each stage's workers x GPUs."
+    )
+    stages: list[StageSummary] = Field(
+        default_factory=list,
+        description="A multi-stage job's model stages in order (the main engine last), "
+        "each with the workers and resources its own section gave it; empty for one stage.",
     )
     input_tokens: int | None = Field(
         None, description="Prompt tokens of the written rows, when the engine reports them."
@@ -72,6 +93,8 @@ def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
     """The summary's accounting fields: workers, GPU-hours and token figures."""
     workers = spec.engine.concurrency
     gpus = spec.engine.gpus_per_worker
+    gpu_workers = sum(e.concurrency * e.gpus_per_worker
+                      for e in (*spec.stages.values(), spec.engine))
     inputs, outputs = token_totals.get(INPUT_TOKENS_COLUMN), token_totals.get(OUTPUT_TOKENS_COLUMN)
     tokens_per_second = None
     if inputs is not None and outputs is not None and seconds > 0 and not resumed:
@@ -80,19 +103,35 @@ def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
         "engine_workers": workers,
         "gpus_per_worker": gpus,
         "rows_per_second_per_worker": round(rows_per_second / workers, 2),
-        "gpu_hours": round(seconds * workers * gpus / 3600, 4),
+        "gpu_hours": round(seconds * gpu_workers / 3600, 4),
         "input_tokens": inputs,
         "output_tokens": outputs,
         "tokens_per_second": tokens_per_second,
     }
 
 
+def stage_summaries(spec: "JobSpec") -> list[StageSummary]:
+    """Each model stage's engine section, earlier stages first; [] for a one-stage job."""
+    if not spec.stages:
+        return []
+    named = [*((f"stages.{name}", e) for name, e in spec.stages.items()), ("engine", spec.engine)]
+    return [StageSummary(
+        name=name, task=e.task, kind=e.kind, model=e.model, workers=e.concurrency,
+        min_workers=e.pool_size[0], batch_size=e.batch_size, num_cpus=e.num_cpus,
+        gpus_per_worker=e.gpus_per_worker, accelerator_type=e.accelerator_type,
+    ) for name, e in named]
+
+
 def _token_totals(dataset: Any) -> dict[str, int | None]:
-    """Sums of the token columns the output has (None for one it lacks)."""
+    """Sums of the token columns the output has (None for one it lacks, or that no
+    row filled: models that don't count tokens, such as classifiers and tabular ones)."""
     import pyarrow.compute as pc
 
     present = [c for c in TOKEN_COLUMNS if c in dataset.schema.names]
     table = dataset.to_table(columns=present) if present else None
+    if table is not None and table.num_rows and all(
+            table[c].null_count == table.num_rows for c in present):
+        return dict.fromkeys(TOKEN_COLUMNS)
     return {c: int(pc.sum(table[c]).as_py() or 0) if c in present else None
             for c in TOKEN_COLUMNS}
 
@@ -117,7 +156,10 @@ def summarize_output(
 
     dataset = run_dir.open_results(spec.data.output_format)
     id_column = spec.data.id_column
-    result_columns = job.result_columns(job.options_of(spec))
+    options = job.options_of(spec)
+    # A multi-stage job's earlier stages' results first, as in the output.
+    result_columns = [*(c for stage in job.stages for c in stage.result_columns(options)),
+                      *job.result_columns(options)]
     errors = dataset.to_table(columns=[id_column, ERROR_COLUMN])
     failed = pc.is_valid(errors[ERROR_COLUMN])
     rows_written = errors.num_rows
@@ -148,6 +190,7 @@ def summarize_output(
         seconds=round(seconds, 2),
         rows_per_second=rows_per_second,
         **accounting(spec, seconds, rows_per_second, _token_totals(dataset), resumed),
+        stages=stage_summaries(spec),
         smoke=spec.uses_sample_model,
         figures=figures,
         notes=notes,

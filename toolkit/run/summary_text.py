@@ -21,6 +21,7 @@ def format_summary(summary: RunSummary) -> str:
     if summary.rows_this_run is not None and summary.rows_this_run != summary.rows_in:
         lines.append(f"  this run:      {summary.rows_this_run:,} rows processed")
     lines += _accounting_lines(summary)
+    lines += _stage_lines(summary)
     for name, value in summary.figures.items():
         lines.append(f"  {name + ':':14} {value:,}")
     lines.append(f"  output:        {summary.output} (summary in _summary.json)")
@@ -54,6 +55,19 @@ def _accounting_lines(summary: RunSummary) -> list[str]:
                 if summary.tokens_per_second is not None else "")
         lines.append(f"  tokens:        {summary.input_tokens:,} in, "
                      f"{summary.output_tokens:,} out{rate}")
+    return lines
+
+
+def _stage_lines(summary: RunSummary) -> list[str]:
+    """A multi-stage job's stages, each with the workers its own section gave it."""
+    lines = ["  model stages:"] if summary.stages else []
+    for stage in summary.stages:
+        pool = (f"{stage.min_workers}-{stage.workers}" if stage.min_workers != stage.workers
+                else str(stage.workers))
+        where = (f"{stage.gpus_per_worker} {stage.accelerator_type or 'GPU'} GPU"
+                 if stage.gpus_per_worker else "CPU")
+        lines.append(f"    {stage.name}: {stage.task} on {stage.kind} ({stage.model}), "
+                     f"{pool} x {where}, {stage.num_cpus:g} CPU each, batch {stage.batch_size}")
     return lines
 
 

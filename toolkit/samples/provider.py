@@ -18,13 +18,16 @@ DEFAULT_SAMPLE_IMAGES = 50
 # block shows progress on a small smoke run without a task per handful of rows.
 ROWS_PER_SAMPLE_BLOCK = 256
 MAX_SAMPLE_BLOCKS = 64
+#: Tiny models for the non-chat tasks (toolkit.samples.tiny_task_models).
+TASK_MODELS = ("tiny-classifier", "tiny-encoder", "tiny-image-classifier", "tiny-tabular")
 
 
 class BuiltinSamples:
-    """``sample:customers``, ``sample:images``, ``sample:tiny-chat``, ``sample:tiny-vision``."""
+    """``sample:customers``, ``sample:images``, ``sample:reviews``, ``sample:accounts``;
+    ``sample:tiny-chat``, ``sample:tiny-vision`` and the tiny task models."""
 
-    input_names = ("customers", "images")
-    model_names = ("tiny-chat", "tiny-vision")
+    input_names = ("customers", "images", "reviews", "accounts")
+    model_names = ("tiny-chat", "tiny-vision", *TASK_MODELS)
 
     def open_input(self, name: str, rows: int | None, seed: int,
                    partitions: int | None) -> "Dataset":
@@ -42,6 +45,14 @@ class BuiltinSamples:
             from toolkit.run.input_data import read_image_folder
 
             return read_image_folder(str(sample_images_folder(rows or DEFAULT_SAMPLE_IMAGES, seed)))
+        if name in ("reviews", "accounts"):
+            from toolkit.samples.table_datasource import GeneratedTableDatasource
+
+            rows = rows or DEFAULT_SAMPLE_ROWS
+            blocks = partitions or max(1, min(MAX_SAMPLE_BLOCKS,
+                                              math.ceil(rows / ROWS_PER_SAMPLE_BLOCK)))
+            return ray.data.read_datasource(GeneratedTableDatasource(name, rows, seed),
+                                            override_num_blocks=blocks)
         raise ValueError(f"no sample input {name!r}")
 
     def model_path(self, name: str) -> str:
@@ -53,6 +64,10 @@ class BuiltinSamples:
             from toolkit.samples.tiny_vision_model import tiny_vision_model_path
 
             return str(tiny_vision_model_path())
+        if name in TASK_MODELS:
+            from toolkit.samples.tiny_task_models import tiny_task_model_path
+
+            return str(tiny_task_model_path(name))
         raise ValueError(f"no sample model {name!r}")
 
 

@@ -36,7 +36,7 @@ from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.loading import deep_merge, read_yaml_file
 
 #: Top-level keys of a YAML job file that are about the job, not spec defaults.
-JOB_FILE_KEYS = ("job", "description", "python", "smoke")
+JOB_FILE_KEYS = ("job", "description", "python", "predictor", "smoke")
 #: Where user job code is registered in ``sys.modules``.
 USER_MODULE_PREFIX = "toolkit_user_jobs."
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$", re.IGNORECASE)
@@ -101,7 +101,8 @@ def project_jobs(project: Path | None = None) -> list[JobRef]:
     found = []
     for path in sorted(project.glob("*.yaml")) + sorted(project.glob("*.yml")):
         data = _peek_yaml(path)
-        if data is not None and "job" in data and ("prompt" in data or "python" in data):
+        if data is not None and "job" in data and any(
+                key in data for key in ("prompt", "python", "predictor")):
             found.append(_describe(path, builtin=False, data=data))
     for path in sorted(project.glob("*.py")):
         try:
@@ -175,6 +176,11 @@ def _job_from_yaml(path: Path, builtin: bool) -> JobDefinition[Any]:
         raise SpecError(f"Job file {path}: 'smoke' must map dotted keys to values.")
     defaults = {k: v for k, v in data.items() if k not in JOB_FILE_KEYS}
     defaults["job"] = name
+    if data.get("predictor") is not None:  # the model stage is the user's own class
+        from toolkit.spec.predictor_job import predictor_job_definition
+
+        return predictor_job_definition(name, description, str(data["predictor"]), defaults,
+                                        smoke_overrides=smoke)
     python = data.get("python")
     if python is None:
         if "prompt" not in data:

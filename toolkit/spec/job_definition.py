@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
 from toolkit.spec.models import JobSpec, StrictModel
+from toolkit.spec.stages import StageDefinition
 
 OptionsT = TypeVar("OptionsT")
 
@@ -36,7 +37,10 @@ class JobDefinition(Generic[OptionsT]):
         spec_model: The job's ``JobSpec`` subclass (its ``options`` narrowed).
         preprocess: ``(row, options) -> {"messages": [...]}`` for one input row.
             Raising ``ValueError`` makes that row an error row (the message is
-            kept in its ``error`` column) instead of failing the job.
+            kept in its ``error`` column) instead of failing the job. It may also
+            return the row's own ``sampling_params`` (vLLM names: ``max_tokens``,
+            ``temperature``, ``top_p``, ``seed``, ``structured_outputs``), which
+            override the spec's for that row; a ``None`` keeps the spec's value.
         postprocess: ``(row, options) -> {result columns}`` from a row that has
             ``generated_text``. Raising ``ValueError`` makes it an error row.
         required_columns: ``options -> columns`` the input must have besides
@@ -55,6 +59,10 @@ class JobDefinition(Generic[OptionsT]):
         summary_columns / summarize: job-specific figures for the run summary
             (e.g. accuracy), computed from just these columns of the output.
         options_of: Picks the hooks' options out of a validated spec.
+        stages: Model stages that run before the main one, in order, each with
+            its own engine section ``stages.<name>`` in the spec (see
+            :mod:`toolkit.spec.stages`). A row that fails in one is an error row
+            the later stages skip. Empty for a one-stage job.
     """
 
     name: str
@@ -72,6 +80,12 @@ class JobDefinition(Generic[OptionsT]):
     summarize: Callable[[Any], dict[str, int | float]] | None = None
     multimodal: bool = False
     options_of: Callable[[JobSpec], OptionsT] = spec_options
+    stages: tuple[StageDefinition[OptionsT], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [stage.name for stage in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"job {self.name}: stage names must differ, got {names}")
 
 
-__all__ = ["JobDefinition", "JobSpec", "StrictModel", "spec_options"]
+__all__ = ["JobDefinition", "JobSpec", "StageDefinition", "StrictModel", "spec_options"]

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from toolkit.errors import SpecError
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.stages import stage_section_problems
 
 # The toolkit's defaults under every job file: a user's YAML job need only say
 # what it changes. The engine matches the seeds' production setup (vLLM on L4s).
@@ -45,6 +46,14 @@ SMOKE_OVERRIDES: dict[str, Any] = {
     "engine.max_concurrent_batches": None,  # vLLM only
     "data.partitions": None,
 }
+
+
+def smoke_stage_overrides(job: JobDefinition[Any]) -> dict[str, Any]:
+    """SMOKE_OVERRIDES' engine settings for each of a multi-stage job's earlier stages
+    (``stages.NAME.kind``...): every stage on one CPU worker."""
+    return {f"stages.{stage.name}.{dotted.removeprefix('engine.')}": value
+            for stage in job.stages
+            for dotted, value in SMOKE_OVERRIDES.items() if dotted.startswith("engine.")}
 
 
 def read_yaml_file(path: Path, what: str = "Spec file") -> dict[str, Any]:
@@ -136,13 +145,16 @@ def format_validation_error(error: ValidationError, source: str) -> str:
 
 
 def validate_spec(job: JobDefinition[Any], data: Mapping[str, Any], source: str) -> JobSpec:
+    hint = (f"Fix the fields above in the job file, spec file, flags or --set values "
+            f"('toolkit show {job.name}' prints every key with its value).")
+    problems = stage_section_problems(job.stages, data.get("stages"), job.name)
+    if problems:
+        raise SpecError("\n".join([f"Invalid spec for {source}:", *problems]), hint=hint)
     try:
         return job.spec_model.model_validate(data)
     except ValidationError as exc:
         raise SpecError(
-            format_validation_error(exc, source),
-            hint=f"Fix the fields above in the job file, spec file, flags or --set values "
-            f"('toolkit show {job.name}' prints every key with its value).",
+            format_validation_error(exc, source), hint=hint,
         ) from None
 
 
@@ -182,7 +194,8 @@ def load_job_spec(
                 hint=f"Run 'toolkit run {data['job']} -f {spec_file}' instead.",
             )
     if smoke:
-        for dotted, value in {**SMOKE_OVERRIDES, **job.smoke_overrides}.items():
+        for dotted, value in {**SMOKE_OVERRIDES, **smoke_stage_overrides(job),
+                              **job.smoke_overrides}.items():
             set_dotted(data, dotted, value)
     for dotted, value in (overrides or {}).items():
         if value is not None:

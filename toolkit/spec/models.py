@@ -93,11 +93,15 @@ class DataConfig(StrictModel):
             "cluster a local path must exist on every node; prefer s3:// or shared storage."
         )
     )
-    format: Literal["auto", "csv", "parquet", "json", "images", "huggingface"] = Field(
+    format: Literal["auto", "csv", "parquet", "json", "images", "huggingface",
+                    "openai-batch"] = Field(
         "auto",
         description=(
             "Input format; 'auto' picks by extension (.csv, .parquet, .json/.jsonl), a "
-            "folder of pictures is 'images', and hf://NAME is a streamed Hugging Face dataset."
+            "folder of pictures is 'images', and hf://NAME is a streamed Hugging Face dataset. "
+            "'openai-batch' is an OpenAI Batch API request file (JSONL, one "
+            "{custom_id, method, url, body} per line): custom_id is the row id, and a finished "
+            "run also writes _batch_output.jsonl in the Batch API's output format."
         ),
     )
     id_column: str = Field(
@@ -136,13 +140,49 @@ class DataConfig(StrictModel):
     seed: int = Field(0, description="Seed for generated sample input ('sample:' inputs only).")
 
 
+#: The engine kinds that implement each model-stage task (engine.task).
+TASK_ENGINES: dict[str, tuple[str, ...]] = {
+    "classify": ("transformers", "vllm"),
+    "embed": ("transformers", "vllm"),
+    "image-classify": ("transformers",),
+    "tabular": ("sklearn",),
+    "custom": ("python",),
+}
+
+
+#: EngineConfig fields only kind: http reads.
+HTTP_ENGINE_FIELDS: tuple[str, ...] = (
+    "base_url", "api_key_env", "headers_from_env", "qps", "max_retries", "retry_wait_s",
+    "structured_outputs_via",
+)
+
+
 class EngineConfig(StrictModel):
-    kind: Literal["vllm", "transformers"] = Field(
+    kind: Literal["vllm", "transformers", "sklearn", "http", "python"] = Field(
         description=(
             "'vllm' (Ray Data LLM + vLLM; GPUs, highest throughput) or 'transformers' "
             "(our own actor pool over Hugging Face transformers; runs on CPU and small "
-            "GPUs, slower). Both take the same messages and give the same output."
+            "GPUs, slower). Both take the same messages and give the same output. "
+            "'sklearn' runs a scikit-learn-compatible model file (task: tabular) on CPUs; "
+            "'python' your own predictor class, model: file.py:Class (task: custom). "
+            "'http' sends each row to an OpenAI-compatible server (engine.base_url: vLLM, "
+            "Ray Serve LLM, a hosted API) through Ray Data LLM's HTTP processor; no GPU here."
         )
+    )
+    # Left out of dumps while 'generate', so chat specs keep their hash.
+    task: Literal["generate", "classify", "embed", "image-classify", "tabular", "custom"] = Field(
+        "generate",
+        exclude_if=lambda value: value == "generate",
+        description=(
+            "What the model stage does, which fixes the columns it reads and writes: "
+            "'generate' (chat messages -> generated_text; vllm or transformers), "
+            "'classify' (text -> label, score; transformers pipeline or vllm), 'embed' "
+            "(text -> embedding, a list of floats; transformers mean pooling or vllm), "
+            "'image-classify' (image -> label, score; transformers) and 'tabular' "
+            "(feature columns -> prediction, probabilities; sklearn) and 'custom' (your "
+            "predictor class decides; python). engine.kind picks "
+            "the implementation; a pair no engine implements is refused here."
+        ),
     )
     model: str = Field(
         description=(
@@ -236,6 +276,76 @@ class EngineConfig(StrictModel):
             "would spend max_tokens on reasoning)."
         ),
     )
+    # kind: http only (an OpenAI-compatible server). Left out of dumps while unset, so
+    # other specs keep their hash; refused by name for the other kinds.
+    base_url: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description=(
+            "http only: the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1 (vLLM, "
+            "Ray Serve LLM, transformers serve) or https://api.openai.com/v1. Rows go to "
+            "{base_url}/chat/completions; the run checks {base_url}/models first and stops "
+            "before reading any row when the server can't be reached."
+        ),
+    )
+    api_key_env: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description=(
+            "http only: name of the environment variable holding the API key, sent as "
+            "'Authorization: Bearer ...' (e.g. OPENAI_API_KEY). The key itself is read "
+            "where the requests are made and never written into the spec, job.yaml or logs."
+        ),
+    )
+    headers_from_env: dict[str, str] = Field(
+        default_factory=dict,
+        exclude_if=lambda value: not value,
+        description=(
+            "http only: extra request headers, each read from an environment variable at "
+            "run time: {Header-Name: ENV_VAR}, e.g. {OpenAI-Organization: OPENAI_ORG}."
+        ),
+    )
+    qps: int | None = Field(
+        None,
+        gt=0,
+        exclude_if=lambda value: value is None,
+        description=(
+            "http only: requests per second each engine worker may send (the server's "
+            "rate limit divided by engine.concurrency). Unset: as fast as answers come."
+        ),
+    )
+    max_retries: int | None = Field(
+        None,
+        ge=0,
+        exclude_if=lambda value: value is None,
+        description=(
+            "http only: retries of a request that timed out, lost its connection or got "
+            "429/408/502/503/504 (unset: 3), with exponential backoff from retry_wait_s. "
+            "More retries ride out a busy server; a server that stays down fails the run "
+            "(rerun to resume) once they are spent."
+        ),
+    )
+    retry_wait_s: float | None = Field(
+        None,
+        gt=0,
+        exclude_if=lambda value: value is None,
+        description="http only: seconds before the first retry, doubled on each next one "
+        "(unset: 1).",
+    )
+    structured_outputs_via: Literal["response_format", "vllm", "none"] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description=(
+            "http only: how a job's output constraint reaches the server. "
+            "'response_format' (unset): a JSON schema as OpenAI's response_format "
+            "(OpenAI, vLLM and most servers); a choice or regex constraint is refused, "
+            "since the OpenAI API has no field for it. 'vllm': every constraint (choice, "
+            "regex, json) as vLLM's structured_outputs request field, for a vLLM server. "
+            "'none': nothing is sent and the job's postprocess only checks answers (an "
+            "answer off the list becomes an error row), for servers that take neither "
+            "(transformers serve)."
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -272,6 +382,17 @@ class EngineConfig(StrictModel):
             if not isinstance(size, int) or isinstance(size, bool) or size < 1:
                 raise ValueError(f"engine_kwargs.{key} must be a positive whole number, "
                                  f"not {size!r}")
+        engines = TASK_ENGINES.get(self.task)
+        if engines is not None and self.kind not in engines:
+            raise ValueError(
+                f"engine.task: {self.task} runs on engine.kind {' or '.join(engines)}, "
+                f"not {self.kind}; set engine.kind to one of them"
+            )
+        if self.kind == "sklearn" and self.task != "tabular":
+            raise ValueError(f"engine.kind: sklearn runs task tabular only, not {self.task}")
+        if self.kind == "python" and self.task != "custom":
+            raise ValueError(f"engine.kind: python runs task custom only, not {self.task}")
+        self._fits_http()
         if self.kind == "transformers":
             refused = []
             if self.max_concurrent_batches is not None:
@@ -285,6 +406,45 @@ class EngineConfig(StrictModel):
                     + "; remove it or use kind: vllm"
                 )
         return self
+
+    def _fits_http(self) -> None:
+        """The http fields belong to kind http, and kind http needs a base_url and no GPU."""
+        http_fields = [name for name in HTTP_ENGINE_FIELDS if name in self.model_fields_set
+                       and getattr(self, name) not in (None, {})]
+        if self.kind != "http":
+            if http_fields:
+                raise ValueError(
+                    f"engine.{', engine.'.join(http_fields)} only "
+                    f"appl{'y' if len(http_fields) > 1 else 'ies'} to kind: http (an "
+                    f"OpenAI-compatible server), not {self.kind}; remove {'them' if len(http_fields) > 1 else 'it'} or set kind: http"
+                )
+            return
+        if not self.base_url:
+            raise ValueError(
+                "engine.base_url is required for kind: http: the server's OpenAI API root, "
+                "e.g. --set engine.base_url=http://127.0.0.1:8000/v1"
+            )
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"engine.base_url: {self.base_url!r} is not an http:// or "
+                             "https:// URL")
+        refused = []
+        if self.accelerator_type is not None:
+            refused.append(f"accelerator_type {self.accelerator_type} (the server holds the "
+                           "model; add --accelerator none)")
+        if self.max_concurrent_batches is not None:
+            refused.append("max_concurrent_batches (vLLM's batches in flight per worker)")
+        if self.gpus_per_worker > 1 or any(k in self.engine_kwargs for k in (
+                "tensor_parallel_size", "pipeline_parallel_size")):
+            refused.append("engine_kwargs.tensor_parallel_size / pipeline_parallel_size "
+                           "(the server decides its own parallelism)")
+        if refused:
+            raise ValueError("the http engine can't honour " + " or ".join(refused))
+
+    @property
+    def header_env_names(self) -> list[str]:
+        """Environment variables the http engine reads request headers from (names only;
+        ``toolkit submit`` forwards them to the job like its other secrets)."""
+        return [name for name in (self.api_key_env, *self.headers_from_env.values()) if name]
 
     @property
     def pool_size(self) -> tuple[int, int]:
@@ -367,6 +527,19 @@ class JobSpec(StrictModel):
     )
     data: DataConfig
     engine: EngineConfig
+    # Left out of dumps while empty, so one-stage specs keep their hash.
+    stages: dict[str, EngineConfig] = Field(
+        default_factory=dict,
+        exclude_if=lambda value: not value,
+        description=(
+            "A multi-stage job's model stages that run before 'engine' (its main, last "
+            "stage), by the names the job gives them, each with its own engine section: "
+            "model, batch_size, concurrency, num_cpus, accelerator_type. Size each for "
+            "its own model: a small classifier keeps up with a large chat model on far "
+            "fewer (or cheaper) GPUs. A row that fails in a stage is an error row that "
+            "the later stages skip."
+        ),
+    )
     sampling: SamplingConfig
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     strict: bool = Field(

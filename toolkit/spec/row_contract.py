@@ -46,3 +46,60 @@ def row_error(value: Any) -> str | None:
     if isinstance(value, str):
         return value or None
     return None
+
+
+# -- model stages other than chat generation (engine.task) ---------------------
+#: Text for classify/embed (Ray Data LLM's name for a plain-text prompt).
+PROMPT_COLUMN = "prompt"
+#: image-classify: the decoded, resized picture as raw RGB bytes, and its [width, height].
+IMAGE_COLUMN = "image"
+IMAGE_SIZE_COLUMN = "image_size"
+#: tabular: one row's features as a list of floats, in the model's column order.
+FEATURES_COLUMN = "features"
+LABEL_COLUMN = "label"
+SCORE_COLUMN = "score"
+EMBEDDING_COLUMN = "embedding"
+PREDICTION_COLUMN = "prediction"
+PROBABILITIES_COLUMN = "probabilities"
+
+
+class TaskContract:
+    """What a job's preprocess adds for a task (``inputs``) and what its engine adds
+    (``outputs``, with their Arrow type aliases). A good row whose first output is
+    null is an error row ("the engine returned no ...")."""
+
+    def __init__(self, inputs: tuple[str, ...], outputs: dict[str, str]) -> None:
+        self.inputs = inputs
+        self.outputs = outputs
+
+    @property
+    def main_output(self) -> str:
+        return next(iter(self.outputs))
+
+
+TASK_CONTRACTS: dict[str, TaskContract] = {
+    "generate": TaskContract((MESSAGES_COLUMN,), {GENERATED_TEXT_COLUMN: "string"}),
+    "classify": TaskContract((PROMPT_COLUMN,), {LABEL_COLUMN: "string", SCORE_COLUMN: "double"}),
+    "embed": TaskContract((PROMPT_COLUMN,), {EMBEDDING_COLUMN: "list<float>"}),
+    "image-classify": TaskContract((IMAGE_COLUMN, IMAGE_SIZE_COLUMN),
+                                   {LABEL_COLUMN: "string", SCORE_COLUMN: "double"}),
+    "tabular": TaskContract((FEATURES_COLUMN,),
+                            {PREDICTION_COLUMN: "string", PROBABILITIES_COLUMN: "list<double>"}),
+    # A user's predictor class: the row's input columns in, whatever it returns out
+    # (the predictor job's postprocess types them).
+    "custom": TaskContract(("inputs",), {"outputs": "string"}),
+}
+
+
+def arrow_type(alias: str) -> Any:
+    """``pa.type_for_alias`` plus lists: ``list<float>``, ``list<double>``, ``list<string>``."""
+    import pyarrow as pa
+
+    if alias.startswith("list<") and alias.endswith(">"):
+        return pa.list_(arrow_type(alias[len("list<"):-1]))
+    return pa.type_for_alias(alias)
+
+
+def engine_results(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
+    """The engine's outputs as result columns: the postprocess of jobs that add nothing."""
+    return {column: plain(row.get(column)) for column in columns}

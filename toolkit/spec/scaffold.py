@@ -23,6 +23,8 @@ YAML_JOB = """\
 # {name}: a prompt job. Run it with: toolkit run {name} --smoke   (tiny model, offline)
 # The prompt is Jinja over the input's columns ({{{{ review }}}}; a column with spaces is
 # {{{{ row["Column Name"] }}}}); a name that isn't a column fails before any model loads.
+# Put the row's columns last: the text before them is the same on every row, and both
+# engines compute a shared prompt head once instead of once per row.
 # Any spec key can be set here (data, engine, sampling, compute); 'toolkit show {name}'
 # prints them all with their values.
 job: {name}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -174,15 +174,18 @@ SECRET_ENV_NAMES: tuple[str, ...] = (
 _SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
 
 
-def secret_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def secret_env(environ: Mapping[str, str] | None = None,
+               names: Iterable[str] = ()) -> dict[str, str]:
     """The secrets to hand a job, taken from ``environ`` (default: ``os.environ``).
 
-    Only :data:`SECRET_ENV_NAMES` that are set and non-empty; names that point at
+    Only :data:`SECRET_ENV_NAMES` and ``names`` (e.g. the variables an http engine
+    reads its request headers from) that are set and non-empty; names that point at
     local files (``AWS_PROFILE``, ``AWS_CA_BUNDLE``) would be useless on a cluster.
     Only names, never values, may be shown to users: see :func:`describe_secrets`.
     """
     environ = os.environ if environ is None else environ
-    return {name: environ[name] for name in sorted(SECRET_ENV_NAMES) if environ.get(name)}
+    wanted = sorted({*SECRET_ENV_NAMES, *names})
+    return {name: environ[name] for name in wanted if environ.get(name)}
 
 
 def describe_secrets(secrets: Mapping[str, str]) -> str:

@@ -1,0 +1,72 @@
+"""openai-batch: run an OpenAI Batch API request file and write the Batch API output file.
+
+Each request line (``{"custom_id", "method", "url", "body"}``) is a row keyed on its
+``custom_id``; ``body.messages`` are the row's chat messages and the body's sampling
+fields (``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``,
+``seed``, ``response_format``) override the spec's ``sampling`` for that row. The
+answer is the ``content`` column, and a finished run also writes
+``<output>/_batch_output.jsonl`` in the Batch API's output format. Requests that
+can't run as given (a line that isn't JSON, no ``custom_id``, another url, a field
+the toolkit can't honour) are error rows named by their line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import JobSpec
+from toolkit.spec.openai_batch import BODY_COLUMN, REQUEST_ERROR_COLUMN, URL_COLUMN, chat_request
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """What the hooks need from the spec: the default token budget (for finish_reason)."""
+
+    max_tokens: int
+
+
+def options_of(spec: JobSpec) -> BatchOptions:
+    return BatchOptions(max_tokens=spec.sampling.max_tokens)
+
+
+def preprocess(row: dict[str, Any], options: BatchOptions) -> dict[str, Any]:
+    """The request's messages, and its own sampling params on top of the spec's."""
+    if row.get(REQUEST_ERROR_COLUMN):
+        raise ValueError(row[REQUEST_ERROR_COLUMN])
+    try:
+        messages, params = chat_request(row[BODY_COLUMN])
+    except ValueError as exc:
+        raise ValueError(f"line {row.get('line')}: {exc}") from None
+    return {"messages": messages, "sampling_params": params}
+
+
+def postprocess(row: dict[str, Any], options: BatchOptions) -> dict[str, Any]:
+    """The answer as it came (not stripped), and why it stopped: ``length`` when it used
+    the whole token budget (the request's own max_tokens, else the spec's)."""
+    import json
+
+    budget = options.max_tokens
+    body = row.get(BODY_COLUMN)
+    if body:
+        request = json.loads(body)
+        budget = request.get("max_completion_tokens") or request.get("max_tokens") or budget
+    generated = row.get("num_generated_tokens")
+    finish = "length" if generated is not None and int(generated) >= int(budget) else "stop"
+    return {"content": str(row["generated_text"]), "finish_reason": finish}
+
+
+JOB = JobDefinition(
+    name="openai-batch",
+    description="Run an OpenAI Batch API request file (JSONL); write the Batch API output file.",
+    spec_model=JobSpec,
+    preprocess=preprocess,
+    postprocess=postprocess,
+    required_columns=lambda options: [BODY_COLUMN, REQUEST_ERROR_COLUMN],
+    structured_output=lambda options: None,  # per request, from its response_format
+    result_columns=lambda options: {"content": "string", "finish_reason": "string"},
+    drop_columns=lambda options: [BODY_COLUMN, URL_COLUMN, REQUEST_ERROR_COLUMN],
+    smoke_overrides={"engine.model": "sample:tiny-chat"},
+    options_of=options_of,
+)

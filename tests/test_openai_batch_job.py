@@ -1,0 +1,261 @@
+"""openai-batch: an OpenAI Batch API request file in, the Batch API output file out.
+
+Runs `toolkit run` as users do; the output file is read back with a plain JSON
+reader and checked against the Batch API's documented output shape. The http
+engine runs against a real OpenAI-compatible server (`transformers serve` of the
+tiny model) on localhost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from toolkit.run.pipeline import run_pipeline
+from toolkit.spec.catalog import load_job
+from toolkit.samples.provider import SAMPLES
+from toolkit.spec.loading import load_job_spec
+
+
+def write_requests(path: Path, count: int, malformed: dict[int, str] | None = None,
+                   max_tokens: int = 6) -> list[str]:
+    """A request file of ``count`` lines; ``malformed`` replaces lines (1-based) by text.
+    Returns the custom_ids of the well-formed lines."""
+    lines, ids = [], []
+    for i in range(1, count + 1):
+        if malformed and i in malformed:
+            lines.append(malformed[i])
+            continue
+        body = {"model": "gpt-4o-mini", "max_tokens": max_tokens, "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": f"What is {i} plus {i}?"}]}
+        if i % 4 == 0:
+            body.update(temperature=0.8, seed=i)
+        lines.append(json.dumps({"custom_id": f"req-{i}", "method": "POST",
+                                 "url": "/v1/chat/completions", "body": body}))
+        ids.append(f"req-{i}")
+    path.write_text("\n".join(lines) + "\n")
+    return ids
+
+
+def toolkit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["toolkit", "run", "openai-batch", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "RAY_ADDRESS": ""})
+
+
+def read_batch_output(out: Path) -> list[dict]:
+    with open(out / "_batch_output.jsonl", encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def assert_answered(line: dict) -> None:
+    """The Batch API's output shape for a request that succeeded."""
+    assert line["error"] is None and line["id"].startswith("batch_req_")
+    assert line["response"]["status_code"] == 200
+    body = line["response"]["body"]
+    assert body["object"] == "chat.completion"
+    [choice] = body["choices"]
+    assert isinstance(choice["message"]["content"], str)
+    assert choice["message"]["role"] == "assistant"
+    assert choice["finish_reason"] in ("stop", "length")
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_each_request_brings_its_own_sampling_params_over_the_specs():
+    from toolkit.run.pipeline import engine_sampling_params, prepare_row
+    from toolkit.spec.openai_batch import parse_request_line
+
+    job = load_job("openai-batch")
+    spec = load_job_spec(job, smoke=True, overrides={"data.input": "requests.jsonl"})
+    spec_params = engine_sampling_params(spec.sampling, None)
+    row = parse_request_line(json.dumps({
+        "custom_id": "a", "url": "/v1/chat/completions", "body": {
+            "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 5,
+            "response_format": {"type": "json_object"}}}), line=1)
+    prepared = prepare_row(row, job.preprocess, job.options_of(spec), spec_params)
+    assert prepared["error"] is None and prepared["messages"] == [
+        {"role": "user", "content": "Hi"}]
+    assert prepared["sampling_params"] == {
+        "temperature": 0.0, "top_p": 1.0,  # the spec's: the body doesn't say
+        "max_tokens": 5, "seed": None, "structured_outputs": {"json": '{"type": "object"}'}}
+
+    bad = prepare_row(parse_request_line("{oops", line=2), job.preprocess,
+                      job.options_of(spec), spec_params)
+    assert bad["error"].startswith("preprocess: line 2: not valid JSON")
+    assert bad["__inference_error__"] == bad["error"]
+
+
+MALFORMED = {3: '{"custom_id": "req-3", "method": "POST", "url": ',  # cut short
+             7: json.dumps({"method": "POST", "url": "/v1/chat/completions",
+                            "body": {"messages": [{"role": "user", "content": "Hi"}]}})}
+
+
+def test_a_batch_file_in_gives_the_batch_api_output_file_out():
+    ids = write_requests(Path("requests.jsonl"), 12, MALFORMED)
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--output", "out")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Batch API output: out/_batch_output.jsonl (12 lines" in done.stdout
+
+    lines = read_batch_output(Path("out"))
+    assert [line["custom_id"] for line in lines] == [
+        "req-1", "req-2", "line-3", "req-4", "req-5", "req-6", "line-7", *ids[5:]]
+    errors = {line["custom_id"]: line["error"] for line in lines if line["error"]}
+    assert errors == {
+        "line-3": {"code": "invalid_request", "message": "preprocess: line 3: not valid JSON "
+                   "(Expecting value at column 49)"},
+        "line-7": {"code": "invalid_request", "message": "preprocess: line 7: no custom_id; "
+                   "every request needs a unique custom_id string"}}
+    for line in lines:
+        if line["custom_id"] in ids:
+            assert_answered(line)
+            assert line["response"]["body"]["usage"]["completion_tokens"] <= 6
+        else:
+            assert line["response"] is None
+    # The Batch API file sits beside the results without getting in a Parquet reader's way.
+    assert pq.read_table("out").num_rows == 12
+
+
+def test_duplicate_custom_ids_are_refused_up_front_naming_them():
+    Path("requests.jsonl").write_text("\n".join(
+        json.dumps({"custom_id": cid, "url": "/v1/chat/completions",
+                    "body": {"messages": [{"role": "user", "content": "x"}]}})
+        for cid in ["a", "b", "a", "c", "b", "a"]) + "\n")
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--output", "out", timeout=60)
+    assert done.returncode == 2
+    assert (
+        "Error: data.input: requests.jsonl has 2 duplicate custom_id(s): 'a' on lines 1, 3, 6; "
+        "'b' on lines 2, 5. Results are keyed on custom_id, so each must be unique.\n"
+        "Hint: Give every request its own custom_id, then run again.") in done.stderr
+    assert not Path("out/_input").exists()  # nothing half-staged is left behind
+
+
+def part_ids(out: Path) -> list[str]:
+    return [cid for part in sorted(out.glob("part-*.parquet"))
+            for cid in pq.read_table(part, columns=["custom_id"])["custom_id"].to_pylist()]
+
+
+def test_a_killed_driver_resumes_by_custom_id_without_duplicates():
+    rows = 60
+    ids = write_requests(Path("requests.jsonl"), rows, max_tokens=8)
+    args = ["toolkit", "run", "openai-batch", "--input", "requests.jsonl", "--smoke",
+            "--output", "out", "--partitions", "6", "--batch-size", "10"]
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(part_ids(Path("out"))) < 10:
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.3)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    assert 0 < len(part_ids(Path("out"))) < rows
+
+    rerun = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Resumed:" in rerun.stdout
+    written = part_ids(Path("out"))
+    assert sorted(written) == sorted(ids)  # every request once: no duplicates, none lost
+    assert [line["custom_id"] for line in read_batch_output(Path("out"))] == ids
+
+
+# -- the http engine against a real OpenAI-compatible server ---------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served_tiny_model(tiny_chat_model: Path, tmp_path_factory) -> Iterator[str]:
+    """`transformers serve` of the tiny chat model on a free local port: its /v1 URL."""
+    pytest.importorskip("fastapi", reason="transformers serve needs the test extra")
+    command = shutil.which("transformers") or str(Path(sys.executable).parent / "transformers")
+    port = _free_port()
+    home = tmp_path_factory.mktemp("hf-home")
+    server = subprocess.Popen(
+        [command, "serve", str(tiny_chat_model), "--host", "127.0.0.1", "--port", str(port),
+         "--device", "cpu"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(home)},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, "transformers serve exited"
+            assert time.monotonic() < deadline, "transformers serve did not come up"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+
+
+def test_the_same_batch_file_runs_on_a_served_model_over_http(served_tiny_model):
+    ids = write_requests(Path("requests.jsonl"), 10, {5: "not json"})
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--engine", "http",
+                   "--set", f"engine.base_url={served_tiny_model}", "--output", "out")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Running openai-batch on http with sample:tiny-chat" in done.stdout + done.stderr
+    lines = read_batch_output(Path("out"))
+    assert [line["custom_id"] for line in lines] == [*ids[:4], "line-5", *ids[4:]]
+    for line in lines:
+        if line["custom_id"] == "line-5":
+            assert line["error"]["message"].startswith("preprocess: line 5: not valid JSON")
+        else:
+            assert_answered(line)
+
+
+def test_text_industry_runs_over_http_and_checks_the_answers(local_ray, served_tiny_model):
+    """transformers serve takes no output constraint, so with structured_outputs_via=none
+    the answers are only checked: every row reached the server (its tokens are
+    counted) and each is answered or an error row saying why."""
+    job = load_job("text-industry")
+    spec = load_job_spec(job, smoke=True, overrides={
+        "data.rows": 20, "data.output": "out", "engine.kind": "http"}, sets=[
+        f"engine.base_url={served_tiny_model}", "engine.structured_outputs_via=none",
+        "sampling.max_tokens=3"])
+    summary = run_pipeline(job, spec, samples=SAMPLES)
+    assert summary.rows_written == 20 and summary.input_tokens > 0
+    written = pq.read_table("out").to_pylist()
+    assert sorted(int(row["Index"]) for row in written) == list(range(1, 21))
+    for row in written:
+        assert row["num_input_tokens"] > 0 and row["num_generated_tokens"] > 0
+        assert row["error"] is None or "not one of the choices" in row["error"]
+
+
+def test_an_unreachable_server_stops_the_run_before_any_row_is_read():
+    write_requests(Path("requests.jsonl"), 3)
+    port = _free_port()  # nothing listens there
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--engine", "http",
+                   "--set", f"engine.base_url=http://127.0.0.1:{port}/v1", "--output", "out",
+                   timeout=60)
+    assert done.returncode == 3
+    assert (f"Error: engine.base_url: can't reach the OpenAI-compatible server at "
+            f"http://127.0.0.1:{port}/v1") in done.stderr
+    assert "no row was read" in done.stderr
+    assert not list(Path("out").glob("part-*")) and not Path("out/_input").exists()

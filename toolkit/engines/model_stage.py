@@ -1,0 +1,111 @@
+"""What every non-chat model stage does with a batch, whichever model runs it.
+
+A stage reads its task's input columns (``toolkit.spec.row_contract.TASK_CONTRACTS``),
+passes error rows by without model time, runs the model once on the rest of the
+batch, and adds its output columns. When the whole batch fails, each row is
+retried alone, so one bad row becomes one error row instead of a failed batch.
+The input columns are consumed here: carrying pixels or features on to the
+writer only costs memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from toolkit.spec.row_contract import (
+    ERROR_COLUMN,
+    MESSAGES_COLUMN,
+    SAMPLING_PARAMS_COLUMN,
+    object_column,
+    plain,
+    row_error,
+)
+
+#: ``inputs per row -> one result dict per row`` (same order and length).
+Predict = Callable[[list[tuple[Any, ...]]], list[dict[str, Any]]]
+
+
+def run_model_on_batch(
+    batch: dict[str, np.ndarray],
+    input_columns: Sequence[str],
+    output_columns: Sequence[str],
+    predict: Predict,
+) -> dict[str, np.ndarray]:
+    """Apply ``predict`` to the batch's good rows; fold failures into ``error``."""
+    size = len(batch[input_columns[0]])
+    errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
+    todo = [i for i in range(size) if not errors[i]]
+    outputs: dict[str, list[Any]] = {c: [None] * size for c in output_columns}
+    inputs = [tuple(plain(batch[c][i]) if c in batch else None for c in input_columns)
+              for i in todo]
+    for i, result in zip(todo, _isolating_failures(predict, inputs)):
+        if isinstance(result, BaseException):
+            errors[i] = f"engine error: {type(result).__name__}: {result}"
+        else:
+            for column in output_columns:
+                outputs[column][i] = result.get(column)
+    for column in (*input_columns, MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN):
+        batch.pop(column, None)
+    for column, values in outputs.items():
+        batch[column] = object_column(values)
+    batch[ERROR_COLUMN] = object_column(errors)
+    return batch
+
+
+def _isolating_failures(predict: Predict, inputs: list[tuple[Any, ...]]) -> list[Any]:
+    if not inputs:
+        return []
+    try:
+        results = predict(inputs)
+        if len(results) != len(inputs):
+            raise RuntimeError(f"model returned {len(results)} results for {len(inputs)} rows")
+        return results
+    except Exception as exc:  # noqa: BLE001 - retried row by row to find the culprit
+        if len(inputs) == 1:
+            return [exc]
+    found: list[Any] = []
+    for one in inputs:
+        try:
+            found.extend(predict([one]))
+        except Exception as exc:  # noqa: BLE001 - becomes that row's error
+            found.append(exc)
+    return found
+
+
+class ModelStage:
+    """Base of the class UDFs (model loaded once per actor in ``__init__``)."""
+
+    input_columns: tuple[str, ...] = ()
+    output_columns: tuple[str, ...] = ()
+
+    def predict(self, inputs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run_model_on_batch(batch, self.input_columns, self.output_columns, self.predict)
+
+
+def torch_device(use_gpu: bool, num_threads: int) -> str:
+    """``cuda`` when the worker holds a GPU, else ``cpu`` with ``num_threads`` threads."""
+    import torch
+
+    torch.set_num_threads(max(1, num_threads))
+    return "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
+
+
+def stage_resources(engine: Any) -> dict[str, Any]:
+    """The ``map_batches`` resource arguments every actor-pool model stage takes."""
+    from toolkit.engines.transformers_engine import actor_pool
+
+    use_gpu = engine.accelerator_type is not None
+    return {
+        "batch_size": engine.batch_size,
+        "batch_format": "numpy",
+        "compute": actor_pool(*engine.pool_size),
+        "num_cpus": engine.num_cpus,
+        "num_gpus": 1 if use_gpu else 0,
+        "accelerator_type": engine.accelerator_type,
+    }

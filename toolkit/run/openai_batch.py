@@ -1,0 +1,242 @@
+"""OpenAI Batch API files on disk: stage a request file for a run, write its output file.
+
+**In.** A request file is scanned once on the driver, line by line (Batch API files
+are at most 50,000 requests / 200 MB), and staged as Parquet into the run
+directory's ``_input/`` (as a ``--rows``-limited input is), so a resumed run reads
+the very same rows and Ray Data's checkpoint skips those already written by
+``custom_id``. The scan refuses duplicate ``custom_id``s up front, naming them and
+their lines; a line that isn't JSON or lacks a ``custom_id`` is staged as a row
+with ``request_error`` set (id ``line-N``), which the job writes as an error row.
+
+**Out.** When the run is complete, :func:`write_batch_output` writes
+``<output>/_batch_output.jsonl`` from the result files: one line per request, in
+request order, in the Batch API's output format (the line shapes are
+:mod:`toolkit.spec.openai_batch`). The run directory owns that file
+(``--overwrite`` replaces it; it is never "someone else's file").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolkit.errors import InputDataError
+from toolkit.run.run_directory import BATCH_OUTPUT_FILE, STAGED_INPUT_DIR, RunDirectory
+from toolkit.spec.models import DataConfig, JobSpec
+from toolkit.spec.openai_batch import (
+    ID_COLUMN,
+    LINE_COLUMN,
+    REQUEST_COLUMNS,
+    batch_output_line,
+    parse_request_line,
+)
+from toolkit.spec.row_contract import ERROR_COLUMN
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+OPENAI_BATCH_FORMAT = "openai-batch"
+#: Rows per staged file (one Ray Data block each) unless data.partitions says.
+ROWS_PER_BLOCK = 256
+_SHOWN = 5
+
+
+def is_openai_batch(data: DataConfig) -> bool:
+    return data.format == OPENAI_BATCH_FORMAT
+
+
+def _open_lines(source: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the file's non-blank lines, local or a URI."""
+    from toolkit.run.input_data import _open_binary
+
+    try:
+        stream = _open_binary(source if "://" in source else str(Path(source).expanduser()))
+    except FileNotFoundError:
+        raise InputDataError(f"data.input: {source} does not exist.",
+                             hint="Point --input at an OpenAI Batch API request file "
+                             "(JSONL).") from None
+    except Exception as exc:  # noqa: BLE001 - unreachable URL, permissions, ...
+        raise InputDataError(f"data.input: can't read {source}: {exc}",
+                             hint="Check the path or URL (and credentials for s3/gs).") from None
+    with stream:
+        for number, raw in enumerate(stream, start=1):
+            text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+            if text.strip():
+                yield number, text.rstrip("\r\n")
+
+
+def _count_lines(source: str) -> int:
+    return sum(1 for _ in _open_lines(source))
+
+
+def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
+    """Scan ``data.input`` once into ``<output>/_input`` (Parquet); return its path.
+
+    The first ``data.rows`` requests (non-blank lines) are staged, in blocks of
+    ``ceil(requests / data.partitions)`` rows (default 256), so progress and
+    retries move a block at a time. A staged copy that is complete is reused.
+
+    Raises:
+        InputDataError: the file is missing, unreadable or empty, or two lines share
+            a ``custom_id`` (named, with their line numbers; nothing is run).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = spec.data
+    staged = run_dir.staged_input_path
+    if run_dir.staged_input_complete():
+        return staged
+    run_dir.clear_staged_input()  # a copy cut short by a crash
+    block = ROWS_PER_BLOCK
+    if data.partitions:
+        total = min(_count_lines(data.input), data.rows or math.inf)
+        block = max(1, math.ceil(total / data.partitions))
+    schema = pa.schema([pa.field(name, pa.type_for_alias(alias))
+                        for name, alias in REQUEST_COLUMNS.items()])
+    first_line: dict[str, int] = {}
+    duplicates: dict[str, list[int]] = {}
+    rows: list[dict[str, object]] = []
+    files = 0
+
+    def flush() -> None:
+        nonlocal files, rows
+        if rows:
+            path = f"{run_dir.root}/{STAGED_INPUT_DIR}/part-{files:05d}.parquet"
+            with run_dir.fs.open_output_stream(path) as stream:
+                pq.write_table(pa.Table.from_pylist(rows, schema=schema), stream)
+            files += 1
+            rows = []
+
+    run_dir.fs.create_dir(f"{run_dir.root}/{STAGED_INPUT_DIR}", recursive=True)
+    count = 0
+    for number, text in _open_lines(data.input):
+        if data.rows is not None and count >= data.rows:
+            break
+        row = parse_request_line(text, number)
+        custom_id = str(row[ID_COLUMN])
+        if custom_id in first_line:
+            duplicates.setdefault(custom_id, [first_line[custom_id]]).append(number)
+        else:
+            first_line[custom_id] = number
+        rows.append(row)
+        count += 1
+        if len(rows) >= block:
+            flush()
+    flush()
+    if duplicates:
+        run_dir.clear_staged_input()
+        shown = "; ".join(f"{cid!r} on lines {', '.join(map(str, lines))}"
+                          for cid, lines in list(duplicates.items())[:_SHOWN])
+        more = f" and {len(duplicates) - _SHOWN} more" if len(duplicates) > _SHOWN else ""
+        raise InputDataError(
+            f"data.input: {data.input} has {len(duplicates)} duplicate custom_id(s): "
+            f"{shown}{more}. Results are keyed on custom_id, so each must be unique.",
+            hint="Give every request its own custom_id, then run again.",
+        )
+    if count == 0:
+        run_dir.clear_staged_input()
+        raise InputDataError(f"data.input: {data.input} holds no requests (no non-blank line).",
+                             hint="Point --input at an OpenAI Batch API request file (JSONL).")
+    run_dir.mark_staged_input_complete()
+    return staged
+
+
+
+def staged_request_count(run_dir: RunDirectory) -> int | None:
+    """Requests staged for the run (from the Parquet footers), or None before staging."""
+    import pyarrow.dataset as pads
+
+    if not run_dir.staged_input_complete():
+        return None
+    try:
+        return int(pads.dataset(f"{run_dir.root}/{STAGED_INPUT_DIR}", filesystem=run_dir.fs,
+                                format="parquet").count_rows())
+    except Exception:  # noqa: BLE001 - unknown is fine: progress shows "?"
+        return None
+
+
+def read_staged_requests(run_dir: RunDirectory) -> "Any":
+    """The staged requests as a Ray Dataset with one block per staged file.
+
+    ``read_parquet`` would merge small files into one block, so nothing would be
+    written (or checkpointed) until every request was answered; a datasource whose
+    read tasks yield a block per file keeps results streaming out block by block.
+    """
+    import ray.data
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    import pyarrow.fs
+
+    selector = pyarrow.fs.FileSelector(f"{run_dir.root}/{STAGED_INPUT_DIR}")
+    files = sorted(info.path for info in run_dir.fs.get_file_info(selector)
+                   if info.base_name.endswith(".parquet"))
+    filesystem = run_dir.fs
+
+    def read(group: list[str]) -> list["pa.Table"]:
+        import pyarrow.parquet as pq
+
+        return [pq.read_table(file, filesystem=filesystem) for file in group]
+
+    class StagedRequests(Datasource):
+        def get_name(self) -> str:
+            return "OpenAIBatchRequests"
+
+        def estimate_inmemory_data_size(self) -> int | None:
+            return None
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                           data_context: Any = None) -> list[ReadTask]:
+            tasks = max(1, min(parallelism, len(files)))
+            groups = [files[i::tasks] for i in range(tasks)]
+            return [ReadTask(lambda group=group: read(group),
+                             BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None,
+                                           input_files=group),
+                             per_task_row_limit=per_task_row_limit)
+                    for group in groups if group]
+
+    return ray.data.read_datasource(StagedRequests())
+
+
+def _rows_in_order(run_dir: RunDirectory, file_format: str) -> "pa.Table":
+    dataset = run_dir.open_results(file_format)
+    wanted = [ID_COLUMN, LINE_COLUMN, "content", "finish_reason", "num_input_tokens",
+              "num_generated_tokens", ERROR_COLUMN]
+    present = [c for c in wanted if c in dataset.schema.names]
+    table = dataset.to_table(columns=present)
+    return table.sort_by(LINE_COLUMN) if LINE_COLUMN in present else table
+
+
+def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) -> str:
+    """Write ``_batch_output.jsonl`` from the run's result files; return a note naming it.
+
+    One line per written row (every request: answered or with its error), ordered
+    by the request file's line numbers.
+    """
+    table = _rows_in_order(run_dir, spec.data.output_format)
+    created = int(clock())
+    model = spec.engine.model
+    lines = 0
+    path = f"{run_dir.root}/{BATCH_OUTPUT_FILE}"
+    with run_dir.fs.open_output_stream(path) as stream:
+        for batch in table.to_batches(max_chunksize=1024):
+            chunk = []
+            for row in batch.to_pylist():
+                chunk.append(json.dumps(batch_output_line(
+                    custom_id=row[ID_COLUMN], content=row.get("content"),
+                    finish_reason=row.get("finish_reason"),
+                    prompt_tokens=row.get("num_input_tokens"),
+                    completion_tokens=row.get("num_generated_tokens"),
+                    error=row.get(ERROR_COLUMN), model=model, created=created,
+                ), ensure_ascii=False))
+            if chunk:
+                stream.write(("\n".join(chunk) + "\n").encode("utf-8"))
+                lines += len(chunk)
+    shown = f"{spec.data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}"
+    return (f"Batch API output: {shown} ({lines:,} lines, one per "
+            "request, matched by custom_id).")
