@@ -228,23 +228,29 @@ class RateWindow:
 def report_progress(output: str, rows_total: int | None, *, interval_s: float = LOG_INTERVAL_S,
                     emit: Callable[[str], None] | None = None,
                     clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:
-    """Print a progress line for the run directory ``output`` every ``interval_s``, from
-    a daemon thread (the cluster entrypoint's fallback for watchers that can't read
-    the output). Returns ``stop()``, which ends the thread."""
+    """Print a progress line for the run directory ``output`` at once and then every
+    ``interval_s``, from a daemon thread (the cluster entrypoint's fallback for
+    watchers that can't read the output; the first line gives them the total before
+    any row is written). Returns ``stop()``, which ends the thread."""
     emit = emit or (lambda line: print(line, flush=True))
     stopped = threading.Event()
     counter = OutputRows(output)
     window = RateWindow()
 
-    def loop() -> None:
-        while not stopped.wait(interval_s):
-            try:
-                written = counter.read()
-                done = written.rows_done if written else 0
+    def report(measure_rate: bool) -> None:
+        try:
+            written = counter.read()
+            done = written.rows_done if written else 0
+            if measure_rate:
                 window.add(clock(), done)
-                emit(format_progress_line(done, rows_total, window.rate()))
-            except Exception:  # noqa: BLE001 - progress lines must never break a run
-                continue
+            emit(format_progress_line(done, rows_total, window.rate() if measure_rate else None))
+        except Exception:  # noqa: BLE001 - progress lines must never break a run
+            pass
+
+    def loop() -> None:
+        report(measure_rate=False)
+        while not stopped.wait(interval_s):
+            report(measure_rate=True)
 
     window.add(clock(), 0)
     thread = threading.Thread(target=loop, name="toolkit-progress", daemon=True)
