@@ -262,6 +262,9 @@ def test_missing_token_is_explained(ray_head: LocalHead, tmp_path: Path) -> None
     ("date-reformat", "100", "matches_reference"),
     ("vlm-caption", "20", "generated_caption"),
     ("tabular-predict", "100", "prediction"),
+    ("text-classify", "50", "label"),
+    ("embed", "50", "embedding"),
+    ("image-classify", "20", "label"),
 ])
 def test_every_job_submits_and_succeeds(job: str, rows: str, result_column: str,
                                          ray_head: LocalHead, tmp_path: Path) -> None:
