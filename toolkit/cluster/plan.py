@@ -553,9 +553,9 @@ def plan_job(
 
 def _plan_instance_type(spec: JobSpec, notes: list[str]) -> Figure:
     accelerator = spec.engine.accelerator_type
-    if spec.engine.kind == "vllm" and accelerator is None and not spec.compute.worker_instance_type:
-        notes.append("vLLM runs on GPUs: set --accelerator (e.g. L4) to price its workers.")
-        return _unknown("vLLM without engine.accelerator_type")
+    if spec.engine.runs_vllm_on_cpu:
+        notes.append("vLLM on CPU workers (no engine.accelerator_type): far slower than on "
+                     "GPUs for real models; set --accelerator (e.g. L4) for GPU workers.")
     try:
         chosen = worker_instance_type(accelerator, spec.compute.worker_instance_type,
                                       gpus=spec.engine.gpus_per_worker)
@@ -588,8 +588,8 @@ def _plan_workers(spec: JobSpec, gpus: int, price: Any | None,
 
 
 def _table_rate(spec: JobSpec, gpus: int, input_tokens: Figure, output_tokens: Figure) -> Figure:
-    if spec.engine.kind != "vllm":
-        return _unknown("the throughput table covers vLLM only; run a pilot "
+    if spec.engine.kind != "vllm" or not gpus:
+        return _unknown("the throughput table covers vLLM on GPUs only; run a pilot "
                         "(e.g. --rows 2000) and pass its output with --from-run")
     found = tokens_per_second_per_gpu(spec.engine.model, spec.engine.accelerator_type)
     if found is None:

@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.model_source import resolve_model_source
+from toolkit.spec.models import CPU_KV_CACHE_GIB
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +42,14 @@ def build_vllm_processor(
       sent as ``(n, n)``. The CPU stages (chat template, tokenize, detokenize) keep
       Ray's default, autoscaling from 1 up to the engine's upper end.
     - ``num_cpus``: CPUs beside each GPU of a worker, through ``placement_group_config``
-      (``bundle_per_worker``, replicated tensor x pipeline parallel times).
+      (``bundle_per_worker``, replicated tensor x pipeline parallel times). With no
+      accelerator vLLM runs its CPU backend and the bundle is those CPUs alone.
     """
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
     for warning in engine.engine_warnings():
         logger.warning(warning)
-    cpu_stage = {"concurrency": (1, engine.pool_size[1])}
+    cpu_stage = cpu_stage_settings(engine)
     config = vLLMEngineProcessorConfig(
         **vllm_engine_settings(engine, samples),
         chat_template_stage={
@@ -66,19 +68,80 @@ def vllm_engine_settings(
     """``vLLMEngineProcessorConfig`` arguments for the engine stage itself, the same
     for every task (chat generation, embed, classify); the stages around it differ."""
     low, high = engine.pool_size
+    bundle: dict[str, float] = {"CPU": engine.num_cpus}
+    engine_kwargs = dict(engine.engine_kwargs)
+    model_source = resolve_model_source(engine.model, samples)
+    if engine.kv_cache_gib is not None or engine.runs_vllm_on_cpu:
+        engine_kwargs["kv_cache_memory_bytes"] = int(
+            (engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
+    if engine.runs_vllm_on_cpu:
+        engine_kwargs.update(cpu_backend_defaults(model_source, engine_kwargs))
+    else:
+        bundle["GPU"] = 1
     settings: dict[str, Any] = {
         # A sample model is built here on the driver: vLLM workers need a path they
         # can read, which only a shared filesystem or a local head gives them.
-        "model_source": resolve_model_source(engine.model, samples),
-        "engine_kwargs": dict(engine.engine_kwargs),
+        "model_source": model_source,
+        "engine_kwargs": engine_kwargs,
         "batch_size": engine.batch_size,
         "concurrency": (low, high),
         "accelerator_type": engine.accelerator_type,
-        "placement_group_config": {"bundle_per_worker": {"CPU": engine.num_cpus, "GPU": 1}},
+        "placement_group_config": {"bundle_per_worker": bundle},
         "should_continue_on_error": True,
     }
     if engine.max_concurrent_batches is not None:
         settings["max_concurrent_batches"] = engine.max_concurrent_batches
+    return settings
+
+
+def cpu_backend_defaults(model_source: str, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """vLLM arguments for its CPU backend that the user did not set themselves.
+
+    - ``enforce_eager``: vLLM's CPU backend otherwise compiles the model with
+      torch inductor before the first row (35 s for a 2-layer model here, minutes
+      for a real one); on CPU that rarely pays back within a batch job.
+    - ``dtype``: the checkpoint's own, as the transformers engine loads it. vLLM's
+      ``auto`` turns float32 weights into bfloat16 on CPU, and the same job would
+      give other greedy answers on the two engines.
+    """
+    defaults: dict[str, Any] = {}
+    if "enforce_eager" not in engine_kwargs:
+        defaults["enforce_eager"] = True
+    if engine_kwargs.get("dtype", "auto") == "auto":
+        dtype = checkpoint_dtype(model_source)
+        if dtype is not None:
+            defaults["dtype"] = dtype
+    return defaults
+
+
+def checkpoint_dtype(model_source: str) -> str | None:
+    """``float32``, ``bfloat16``... as the checkpoint's config.json names it (a local
+    directory only; None when it says nothing or isn't on this machine)."""
+    import json
+    from pathlib import Path
+
+    config = Path(model_source) / "config.json"
+    try:
+        values = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    dtype = values.get("dtype") or values.get("torch_dtype")
+    return dtype if isinstance(dtype, str) else None
+
+
+#: CPUs each of Ray Data LLM's CPU stages (chat template, tokenize, detokenize) asks
+#: for beside a vLLM engine on CPU. They are light; at Ray's default of one CPU each
+#: they and the engine's own bundle need more CPUs than a small machine has, and the
+#: run waits for resources forever.
+CPU_BACKEND_STAGE_CPUS = 0.25
+
+
+def cpu_stage_settings(engine: "EngineConfig") -> dict[str, Any]:
+    """Ray Data LLM's CPU stages: autoscaling from 1 to the engine's upper end; a
+    fraction of a CPU each when the engine itself runs on CPUs."""
+    settings: dict[str, Any] = {"concurrency": (1, engine.pool_size[1])}
+    if engine.runs_vllm_on_cpu:
+        settings["num_cpus"] = CPU_BACKEND_STAGE_CPUS
     return settings
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.engines.model_source import resolve_model_source
-from toolkit.engines.vllm_engine import vllm_engine_settings
+from toolkit.engines.vllm_engine import cpu_stage_settings, vllm_engine_settings
 from toolkit.spec.row_contract import (
     EMBEDDING_COLUMN,
     ERROR_COLUMN,
@@ -52,7 +52,7 @@ def build_vllm_task_processor(engine: "EngineConfig",
         **vllm_engine_settings(engine, samples),
         task_type=engine.task,
         chat_template_stage={"enabled": False},
-        tokenize_stage={"concurrency": (1, engine.pool_size[1])},
+        tokenize_stage=cpu_stage_settings(engine),
         detokenize_stage={"enabled": False},
         prepare_multimodal_stage={"enabled": False},
     )

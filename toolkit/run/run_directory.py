@@ -61,6 +61,7 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "engine.batch_size",
     "engine.concurrency",
     "engine.num_cpus",
+    "engine.kv_cache_gib",
     # http: how fast and with which credentials rows reach the same server
     "engine.qps",
     "engine.max_retries",

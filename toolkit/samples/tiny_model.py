@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 # Bump when the build changes what is written: older builds are then rebuilt.
-_FORMAT_VERSION = 2
+_FORMAT_VERSION = 3
 
 # Random-weight scale. Larger than the usual 0.02: at 0.02 the residual stream is
 # dominated by the input embedding and, with tied embeddings, greedy decoding just
@@ -75,7 +75,9 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 )
 
 VOCAB_SIZE = 1024
-MAX_POSITION_EMBEDDINGS = 2048
+# Rotary positions cost no weights: room for every built-in template's max_model_len
+# (up to vlm-caption's 8192), which vLLM refuses past the model's own limit.
+MAX_POSITION_EMBEDDINGS = 8192
 
 
 def chat_template(image_token: str | None = None) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from toolkit.samples.model_cache import build_once
 from toolkit.samples.tiny_model import build_tokenizer, reinitialise, sample_cache_dir
 
-_FORMAT_VERSION = 2
+_FORMAT_VERSION = 3
 SENTIMENT_LABELS = {0: "NEGATIVE", 1: "POSITIVE"}
 IMAGE_LABELS = {i: name for i, name in enumerate(
     ("cat", "dog", "car", "tree", "house", "boat", "bird", "flower", "chair", "cup"))}
@@ -42,7 +42,9 @@ def tiny_task_model_path(name: str, seed: int = 0) -> pathlib.Path:
         raise ValueError(f"no tiny task model {name!r}")
     marker = {"format": _FORMAT_VERSION, "kind": name, "seed": seed}
     target = sample_cache_dir() / "models" / f"{name}-seed{seed}"
-    return build_once(target, marker, lambda staging: _quietly(builders[name], staging))
+    # An older toolkit's build of the same model is replaced, not refused: the cache is ours.
+    return build_once(target, marker, lambda staging: _quietly(builders[name], staging),
+                      replace_older_formats=True)
 
 
 def _quietly(build: Any, directory: pathlib.Path) -> None:
@@ -61,8 +63,9 @@ def _quietly(build: Any, directory: pathlib.Path) -> None:
 def _bert_config(tokenizer: Any, **extra: Any) -> Any:
     from transformers import BertConfig
 
+    # head_dim 64 / 2 = 32: the smallest vLLM's CPU attention runs (16 is refused).
     return BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=512, type_vocab_size=1,
         pad_token_id=tokenizer.pad_token_id, **extra,
     )

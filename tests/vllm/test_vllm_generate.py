@@ -1,0 +1,156 @@
+"""Chat jobs on vLLM's CPU backend through Ray Data LLM, as users run them, and the same
+answers as the transformers engine.
+
+Each engine start costs about a minute here, so each run is shared by the tests that
+read it (module-scoped fixtures).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from vllm_cli import read_rows, succeeded, toolkit_run
+
+from toolkit.samples.customers import customers_batch
+from toolkit.samples.tiny_model import build_tiny_chat_model
+from toolkit.spec.catalog import load_job
+from toolkit.spec.loading import load_job_spec
+
+ROWS = 500
+BLANK_COMPANIES = ("7", "42")  # preprocess refuses these rows: they never reach an engine
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm-generate")
+
+
+@pytest.fixture(scope="module")
+def untuned_model(workdir: Path) -> Path:
+    """A random-weight Llama nobody looked at before: another seed than the sample's."""
+    return build_tiny_chat_model(workdir / "model-seed-2027", seed=2027)
+
+
+@pytest.fixture(scope="module")
+def rows_csv(workdir: Path) -> Path:
+    table = customers_batch(0, ROWS, seed=5)
+    companies = table.column("Company").to_pylist()
+    ids = table.column("Index").to_pylist()
+    for i, row_id in enumerate(ids):
+        if str(row_id) in BLANK_COMPANIES:
+            companies[i] = ""
+    table = table.set_column(table.schema.get_field_index("Company"), "Company",
+                             [companies])
+    path = workdir / "rows.csv"
+    pacsv.write_csv(table, path)
+    return path
+
+
+def run_text_industry(engine: str, model: Path, rows: Path, out: Path) -> dict:
+    succeeded(toolkit_run("text-industry", "--engine", engine, "--accelerator", "none",
+                          "--model", str(model), "--input", str(rows), "--output", str(out)))
+    return read_rows(out, "Index")
+
+
+@pytest.fixture(scope="module")
+def on_vllm(workdir: Path, untuned_model: Path, rows_csv: Path) -> dict:
+    return run_text_industry("vllm", untuned_model, rows_csv, workdir / "vllm")
+
+
+@pytest.fixture(scope="module")
+def on_transformers(workdir: Path, untuned_model: Path, rows_csv: Path) -> dict:
+    return run_text_industry("transformers", untuned_model, rows_csv, workdir / "transformers")
+
+
+def test_text_industry_on_vllm_answers_every_row_with_one_of_the_choices(on_vllm):
+    choices = set(load_job_spec(load_job("text-industry")).output.choice)
+    answered = [row for row in on_vllm.values() if row["error"] is None]
+    assert len(on_vllm) == ROWS and len(answered) == ROWS - len(BLANK_COMPANIES)
+    assert {row["inferred_industry"] for row in answered} <= choices
+    assert all(row["num_input_tokens"] > 0 and row["num_generated_tokens"] > 0
+               for row in answered)
+
+
+def test_rows_failed_in_preprocess_never_reach_vllm(on_vllm, workdir):
+    for row_id in BLANK_COMPANIES:
+        row = on_vllm[int(row_id)]
+        assert row["error"] == "preprocess: column 'Company' is empty"
+        assert row["inferred_industry"] is None
+        assert row["num_input_tokens"] is None and row["num_generated_tokens"] is None
+    summary = json.loads((workdir / "vllm" / "_summary.json").read_text())
+    assert summary["error_rows"] == len(BLANK_COMPANIES)
+    assert summary["input_tokens"] == sum(r["num_input_tokens"] or 0 for r in on_vllm.values())
+    assert summary["output_tokens"] == sum(r["num_generated_tokens"] or 0
+                                           for r in on_vllm.values())
+
+
+def test_vllm_and_transformers_give_the_same_greedy_answers(on_vllm, on_transformers):
+    answered = [i for i, row in on_vllm.items() if row["error"] is None]
+    same = [i for i in answered
+            if on_vllm[i]["inferred_industry"] == on_transformers[i]["inferred_industry"]]
+    agreement = len(same) / len(answered)
+    print(f"\nvLLM vs transformers, {len(answered)} text-industry rows at temperature 0: "
+          f"{len(same)} same answers ({agreement:.1%})")
+    assert agreement >= 0.98
+    for i in answered:  # the prompt is the same on both engines
+        assert on_vllm[i]["num_input_tokens"] == on_transformers[i]["num_input_tokens"]
+    for i in same:
+        assert on_vllm[i]["num_generated_tokens"] == on_transformers[i]["num_generated_tokens"]
+
+
+def test_date_reformat_answers_match_the_pattern_vllm_was_given(tmp_path):
+    out = tmp_path / "dates"
+    succeeded(toolkit_run("date-reformat", "--smoke", "--rows", "60", "--engine", "vllm",
+                          "--accelerator", "none", "--output", str(out)))
+    rows = read_rows(out, "Index")
+    options = load_job("date-reformat").options_of(load_job_spec(load_job("date-reformat")))
+    pattern = re.compile(options.answer_regex)
+    answered = [row for row in rows.values() if row["error"] is None]
+    assert len(rows) == 60 and len(answered) == 60
+    assert all(pattern.fullmatch(row["resp"]) for row in answered), answered[:3]
+
+
+def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
+    """Per-line max_tokens and temperature, and a JSON schema enforced while generating."""
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
+              "required": ["city"], "additionalProperties": False}
+    lines = []
+    for i in range(1, 13):
+        body: dict = {"model": "any", "max_tokens": 1 if i in (1, 5) else 3, "messages": [
+            {"role": "user", "content": f"Name a city, {i}."}]}
+        if i % 3 == 0:
+            body.update(temperature=0.9, seed=i)
+        if i % 4 == 0:
+            body.update(max_tokens=40, response_format={
+                "type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+        lines.append({"custom_id": f"req-{i}", "method": "POST",
+                      "url": "/v1/chat/completions", "body": body})
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "batch"
+    succeeded(toolkit_run("openai-batch", "--smoke", "--engine", "vllm", "--accelerator",
+                          "none", "--input", str(requests), "--output", str(out)))
+
+    answers = {}
+    for text in (out / "_batch_output.jsonl").read_text().splitlines():
+        line = json.loads(text)
+        answers[line["custom_id"]] = line
+    assert len(answers) == 12
+    for request in lines:
+        answer = answers[request["custom_id"]]
+        assert answer["error"] is None, answer
+        body = answer["response"]["body"]
+        assert body["usage"]["completion_tokens"] <= request["body"]["max_tokens"]
+        if "response_format" in request["body"]:
+            content = json.loads(body["choices"][0]["message"]["content"])
+            assert set(content) == {"city"} and isinstance(content["city"], str)
+    for custom_id in ("req-1", "req-5"):  # max_tokens 1: one token, cut off there
+        body = answers[custom_id]["response"]["body"]
+        assert body["usage"]["completion_tokens"] == 1
+        assert body["choices"][0]["finish_reason"] == "length"
+    assert pq.read_table(out).num_rows == 12

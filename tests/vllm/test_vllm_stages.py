@@ -1,0 +1,82 @@
+"""vLLM's pooling tasks (embed, classify), a vLLM chat stage after a classifier, and a
+killed driver resuming on vLLM: on vLLM's CPU backend, through the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pyarrow.parquet as pq
+from vllm_cli import read_rows, succeeded, toolkit_run
+
+#: The sample reviews hold one longer than the tiny encoders' 512 positions: vLLM
+#: refuses it, an error row (the transformers classifier truncates it instead).
+LONG_REVIEW_ERROR = "maximum context length is 512 tokens"
+
+
+def test_embed_on_vllm_writes_one_vector_per_text(tmp_path):
+    out = tmp_path / "embed"
+    succeeded(toolkit_run("embed", "--smoke", "--rows", "60", "--engine", "vllm",
+                          "--accelerator", "none", "--output", str(out)))
+    rows = list(read_rows(out, "review_id").values())
+    ok = [row for row in rows if row["error"] is None]
+    assert len(rows) == 60 and len(ok) >= 50
+    assert {len(row["embedding"]) for row in ok} == {64}
+    for row in rows:
+        if row["error"] is not None:
+            assert row["error"].startswith("preprocess:") or LONG_REVIEW_ERROR in row["error"]
+
+
+def test_classify_on_vllm_labels_like_the_transformers_classifier(tmp_path):
+    labels = {}
+    for engine in ("vllm", "transformers"):
+        out = tmp_path / engine
+        succeeded(toolkit_run("text-classify", "--smoke", "--rows", "60", "--engine", engine,
+                              "--accelerator", "none", "--output", str(out)))
+        labels[engine] = read_rows(out, "review_id")
+    on_vllm, on_transformers = labels["vllm"], labels["transformers"]
+    both = [i for i, row in on_vllm.items()
+            if row["error"] is None and on_transformers[i]["error"] is None]
+    assert len(both) >= 50
+    assert {on_vllm[i]["label"] for i in both} <= {"NEGATIVE", "POSITIVE"}
+    same = [i for i in both if on_vllm[i]["label"] == on_transformers[i]["label"]]
+    print(f"\nclassify, vLLM vs transformers: {len(same)} of {len(both)} labels the same")
+    assert len(same) == len(both)
+    assert all(abs(on_vllm[i]["score"] - on_transformers[i]["score"]) < 1e-3 for i in both)
+
+
+def test_review_triage_runs_its_chat_stage_on_vllm(tmp_path):
+    out = tmp_path / "triage"
+    succeeded(toolkit_run("review-triage", "--smoke", "--rows", "40", "--engine", "vllm",
+                          "--accelerator", "none", "--output", str(out)))
+    rows = list(read_rows(out, "review_id").values())
+    assert len(rows) == 40
+    ok = [row for row in rows if row["error"] is None]
+    assert len(ok) >= 30
+    assert all(row["sentiment"] in ("NEGATIVE", "POSITIVE") and row["reply"] for row in ok)
+    for row in rows:
+        if row["error"] is not None:  # failed in the classifier: the chat stage skipped it
+            assert row["reply"] is None and row["num_generated_tokens"] is None
+
+
+def test_a_killed_driver_resumes_on_vllm_with_every_row_once(tmp_path):
+    out = tmp_path / "resumed"
+    args = ["--smoke", "--rows", "640", "--batch-size", "32", "--engine", "vllm",
+            "--accelerator", "none", "--output", str(out)]
+    proc = subprocess.Popen(["toolkit", "run", "text-industry", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True)
+    deadline = time.monotonic() + 400
+    while not list(out.glob("*.parquet")):
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no rows were written in time"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
+    proc.wait(timeout=30)
+
+    result = succeeded(toolkit_run("text-industry", *args))
+    assert "Resumed:" in result.stdout
+    ids = pq.read_table(out, columns=["Index"])["Index"].to_pylist()
+    assert sorted(ids) == list(range(1, 641))
