@@ -89,9 +89,11 @@ def test_each_request_brings_its_own_sampling_params_over_the_specs():
     prepared = prepare_row(row, job.preprocess, job.options_of(spec), spec_params)
     assert prepared["error"] is None and prepared["messages"] == [
         {"role": "user", "content": "Hi"}]
-    assert prepared["sampling_params"] == {
+    params = dict(prepared["sampling_params"])
+    assert isinstance(params.pop("seed"), int)  # unseeded: a fresh random seed, never null
+    assert params == {
         "temperature": 0.0, "top_p": 1.0,  # the spec's: the body doesn't say
-        "max_tokens": 5, "seed": None, "structured_outputs": {"json": '{"type": "object"}'}}
+        "max_tokens": 5, "structured_outputs": {"json": '{"type": "object"}'}}
 
     bad = prepare_row(parse_request_line("{oops", line=2), job.preprocess,
                       job.options_of(spec), spec_params)

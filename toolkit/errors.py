@@ -15,7 +15,8 @@ code meaning
 7    a followed job wrote no row for ``--stall-timeout`` (``--fail-on-stall``)
 ==== =====================================================
 
-Tracebacks are shown only with ``TOOLKIT_DEBUG=1``.
+Tracebacks are shown only with ``TOOLKIT_DEBUG=1``. Messages never show a credential
+in a URL (:func:`toolkit.spec.redaction.redact`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import os
 
 import click
+
+from toolkit.spec.redaction import redact
 
 
 def debug_enabled() -> bool:
@@ -35,8 +38,9 @@ class ToolkitError(click.ClickException):
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
+        # Redacted here, so str(error), logs and the CLI never show a URL's credentials.
+        super().__init__(redact(message))
+        self.hint = redact(hint)
 
     def format_message(self) -> str:
         if self.hint:

@@ -201,6 +201,7 @@ def test_the_log_file_belongs_to_the_run_directory(tmp_path):
     run_dir = RunDirectory(str(out))
     assert run_dir.log_file == f"{out}/{RUN_LOG_FILE}"
     run_dir.prepare(spec(out), overwrite=False, resumable=True)
+    run_dir.claim(RUN_LOG_FILE)  # as toolkit run records it, before Ray writes to it
     (out / "_logs").mkdir()
     (out / RUN_LOG_FILE).write_text("ray said things\n")
     assert run_dir.foreign_files(run_dir.read_manifest()) == []

@@ -163,3 +163,37 @@ def test_an_output_that_is_a_file_is_refused(tmp_path: Path):
     with pytest.raises(SpecError, match="exists and is a file, not a directory"):
         RunDirectory(str(tmp_path / "results")).prepare(
             spec(str(tmp_path / "results")), overwrite=False, resumable=True)
+
+
+def test_names_starting_with_an_underscore_are_not_enough_to_be_the_toolkits(place):
+    run_dir = open_dir(place)
+    write_file(run_dir, "_input/precious.csv", b"mine")
+    write_file(run_dir, "_logs/notes.txt", b"my notes")
+    for overwrite in (False, True):
+        with pytest.raises(SpecError, match=r"did not write \(_input/precious.csv, "
+                                            r"_logs/notes.txt\)"):
+            run_dir.prepare(spec(place[0]), overwrite=overwrite, resumable=True)
+    assert run_dir.entries() == ["_input/precious.csv", "_logs/notes.txt"]
+
+
+def test_only_what_the_manifest_records_is_the_toolkits(place):
+    run_dir = open_dir(place)
+    run_dir.prepare(spec(place[0]), overwrite=False, resumable=True)
+    run_dir.claim("_logs/run.log")  # as toolkit run does before opening its log
+    write_file(run_dir, "_logs/run.log", b"ray said things")
+    write_results(run_dir)
+    run_dir.write_json(SUMMARY_FILE, {"rows_written": 3})
+    write_file(run_dir, "_logs/notes.txt", b"my notes")
+    with pytest.raises(SpecError, match=r"did not write \(_logs/notes.txt\)"):
+        run_dir.prepare(spec(place[0]), overwrite=True, resumable=True)
+    assert len(run_dir.entries()) == 5  # manifest, log, results, summary, notes
+    run_dir.fs.delete_file(f"{run_dir.root}/_logs/notes.txt")
+    assert run_dir.prepare(spec(place[0]), overwrite=True, resumable=True) is RunState.EMPTY
+    assert run_dir.entries() == ["_manifest.json"]
+
+
+def test_a_run_refused_before_its_first_row_gives_way_to_the_fixed_spec(place):
+    run_dir = open_dir(place)
+    run_dir.prepare(spec(place[0], "data.id_column=Company"), overwrite=False, resumable=True)
+    assert run_dir.prepare(spec(place[0]), overwrite=False, resumable=True) is RunState.EMPTY
+    assert run_dir.read_manifest().spec["data"]["id_column"] == "Index"

@@ -253,10 +253,11 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
       toolkit submit text-industry --rows 1M --output s3://bucket/industry --backend anyscale
     """
     from toolkit.cluster.backends.base import describe_secrets, secret_env
-    from toolkit.cluster.render import prepare_submission
+    from toolkit.cluster.render import check_no_url_credentials, prepare_submission
     from toolkit.run.summary_text import SMOKE_WARNING
 
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    check_no_url_credentials(spec)  # before any cluster is contacted
     target = _open(backend, address)
     submission = prepare_submission(job_def, spec, target=backend, local=target.local,
                                     overwrite=overwrite, working_dir=working_dir)

@@ -139,6 +139,7 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
     from toolkit.run.ray_connection import RayConnection
     from toolkit.run.summary_text import SMOKE_WARNING, format_summary
     from toolkit.samples.provider import SAMPLES
+    from toolkit.spec.redaction import redact
 
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     log_file = None if verbose else default_log_file(spec)
@@ -146,8 +147,8 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
         # Under -v Ray draws its own bars, so ours is a plain line now and then.
         live = out.isatty() and not verbose
         display = ProgressDisplay(out, interactive=live, plain_interval_s=plain_interval())
-        display.message(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
-                        f"{spec.data.input} -> {spec.data.output}")
+        display.message(redact(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
+                               f"{spec.data.input} -> {spec.data.output}"))
         if spec.uses_sample_model:
             display.message(SMOKE_WARNING)
         if log_file:
@@ -161,14 +162,14 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
             elif url:
                 display.message(f"Ray Dashboard: {url}")
             for warning in connection.warnings:
-                display.message(f"Warning: {warning}")
+                display.message(redact(f"Warning: {warning}"))
 
         try:
             summary = run_job(
                 job_def, spec, overwrite=overwrite, address=address,
                 on_connected=show_connection, samples=SAMPLES, log_file=log_file,
                 on_progress=display.show,
-                on_notice=lambda notice: display.message(f"Warning: {notice}"),
+                on_notice=lambda notice: display.message(redact(f"Warning: {notice}")),
                 progress_interval_s=LIVE_INTERVAL_S if live else display.plain_interval_s,
                 dashboard=dashboard,
             )

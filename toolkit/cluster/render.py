@@ -46,9 +46,19 @@ from toolkit.errors import SpecError
 from toolkit.run.output_location import is_remote_path, output_location_warning
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.redaction import redact
 
-#: Left out of every upload: VCS data, environments, caches, build and run outputs.
+#: Left out of every upload: credentials, VCS data, environments, caches, build and
+#: run outputs. Ray matches them as .gitignore lines (a name matches at any depth).
 DEFAULT_EXCLUDES: list[str] = [
+    # credentials: secrets come from the environment at submit time, never in files
+    ".env*",
+    ".netrc",
+    ".git-credentials",
+    ".aws",
+    ".ssh",
+    "*.pem",
+    "*.key",
     ".git",
     ".venv",
     "venv",
@@ -184,6 +194,42 @@ def worker_instance_types(spec: JobSpec) -> list[str]:
     ))
 
 
+def check_no_url_credentials(spec: JobSpec) -> None:
+    """Refuse a spec whose URLs carry credentials (``s3://KEY:SECRET@bucket/x``, a
+    presigned URL's signature): a submitted job's spec travels in files (``spec.json``
+    in the upload, the job's metadata), and the cluster reads data with its own
+    credentials, passed from the environment at submit time.
+
+    Raises:
+        SpecError: naming the fields, their URLs redacted.
+    """
+    found = _fields_with_credentials(spec.model_dump(mode="json"))
+    if not found:
+        return
+    shown = "; ".join(f"{path} {redact(value)}" for path, value in found)
+    raise SpecError(
+        f"{shown}: a URL holding credentials can't be sent to a cluster: the job's spec "
+        "travels as a file (the staged spec.json), and nothing secret is ever written.",
+        hint="Remove them from the URL and let the cluster use its cloud's credentials: "
+        "its instance role, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
+        "AWS_SESSION_TOKEN (HF_TOKEN, ...) in your environment, which toolkit submit "
+        "passes to the job without writing them (anyscale job submit --env NAME=...). "
+        "For a presigned URL, copy the file to storage the cluster can read.",
+    )
+
+
+def _fields_with_credentials(node: Any, path: str = "") -> list[tuple[str, str]]:
+    if isinstance(node, dict):
+        return [found for key, value in node.items()
+                for found in _fields_with_credentials(value, f"{path}.{key}" if path else key)]
+    if isinstance(node, list):
+        return [found for i, value in enumerate(node)
+                for found in _fields_with_credentials(value, f"{path}[{i}]")]
+    if isinstance(node, str) and redact(node) != node:
+        return [(path, node)]
+    return []
+
+
 @dataclass(frozen=True)
 class Submission:
     """A prepared job and the warnings to show before sending it."""
@@ -221,9 +267,10 @@ def prepare_submission(
         environ: Where local env vars are read from (default ``os.environ``).
 
     Raises:
-        SpecError: the compute section can't be turned into instance types, or
-            the working dir isn't a directory.
+        SpecError: a URL in the spec carries credentials, the compute section
+            can't be turned into instance types, or the working dir isn't a directory.
     """
+    check_no_url_credentials(spec)  # before anything is written
     environ = os.environ if environ is None else environ
     working_dir = Path.cwd() if working_dir is None else Path(working_dir).expanduser()
     if not working_dir.is_dir():

@@ -51,7 +51,10 @@ def load_predictor_class(reference: str) -> type:
         except ImportError as exc:
             raise SpecError(f"engine.model: can't import {where}: {exc}") from None
     predictor = getattr(module, name, None)
-    if not isinstance(predictor, type) or not callable(getattr(predictor, "__call__", None)):
+    # Its own __call__: every class inherits a callable one (type.__call__, which
+    # constructs), so callable() would pass any importable class. The spec was checked
+    # before anything was imported (toolkit.spec.user_classes); this is the last guard.
+    if not isinstance(predictor, type) or "__call__" not in vars(predictor):
         raise SpecError(f"engine.model: {where} has no class {name!r} with __call__(batch).")
     return predictor
 

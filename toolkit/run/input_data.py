@@ -18,6 +18,13 @@ if TYPE_CHECKING:
 HF_PREFIX = "hf://"
 _HEAD_BYTES = 1 << 16
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
+#: Bytes the CSV reader takes at a time, so the longest row (line) it can read.
+#: Arrow's default, 1 MiB, fails on one long cell with nothing but a retry hint.
+CSV_BLOCK_BYTES = 16 << 20
+#: How compressed files begin, for a file whose name doesn't say it is compressed.
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2",
+               b"\xfd7zXZ\x00": "xz", b"PK\x03\x04": "zip"}
+_UNPACK = {"zstd": "zstd -d", "bzip2": "bunzip2", "xz": "unxz"}
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
 
@@ -117,7 +124,10 @@ def open_input(data: DataConfig) -> "Dataset":
         # More blocks than files: Ray splits the file's blocks as it streams them.
         kwargs["override_num_blocks"] = data.partitions
     if fmt == "csv":
+        import pyarrow.csv as pacsv
+
         kwargs["convert_options"] = _csv_as_text(source)
+        kwargs["read_options"] = pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES)
     try:
         return readers[fmt](source, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
@@ -151,6 +161,7 @@ def _csv_as_text(source: str) -> Any:
                              hint=_read_hint(source)) from None
     except Exception as exc:  # noqa: BLE001 - unreachable URL, permissions, ...
         raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
+    _refuse_compressed(source, head)
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -168,26 +179,92 @@ def _csv_as_text(source: str) -> Any:
     return pacsv.ConvertOptions(column_types={name: pa.string() for name in header})
 
 
+def _refuse_compressed(source: str, head: bytes) -> None:
+    """A compressed file whose name doesn't end in .gz: say so, not 'not UTF-8'."""
+    kind = next((name for magic, name in _COMPRESSED.items() if head.startswith(magic)), None)
+    if kind is None or (kind == "bzip2" and head[4:10] != b"1AY&SY"):
+        return
+    name = Path(urlparse(source).path if "://" in source else source).name
+    if kind == "zip":
+        raise InputDataError(
+            f"data.input: {source} is a zip archive (an Excel .xlsx file is one), not CSV text.",
+            hint="Unzip it, or save the sheet as CSV (UTF-8).")
+    raise InputDataError(
+        f"data.input: {source} looks {kind}-compressed (it starts with bytes "
+        f"{head[:4].hex(' ')}), not CSV text.",
+        hint=(f"Decompress it (gunzip -c {name} > {Path(name).stem}-plain.csv), or name it "
+              f"{name}.gz: a .gz file is read decompressed." if kind == "gzip" else
+              f"Decompress it first ({_UNPACK[kind]} {name})."),
+    )
+
+
+def _is_gzip_name(source: str) -> bool:
+    return (urlparse(source).path if "://" in source else source).lower().endswith(".gz")
+
+
 def _open_binary(source: str) -> Any:
+    """A binary stream of ``source``, decompressed when its name ends in ``.gz``
+    (as Ray's readers read it)."""
     if source.startswith(("http://", "https://")):
         import fsspec
 
-        return fsspec.open(source, "rb").open()
+        return fsspec.open(source, "rb",
+                           compression="gzip" if _is_gzip_name(source) else None).open()
     import pyarrow.fs
 
-    if "://" in source:
+    if "://" in source:  # Arrow decompresses by the name's extension
         fs, path = pyarrow.fs.FileSystem.from_uri(source)
         return fs.open_input_stream(path)
+    if _is_gzip_name(source):
+        import gzip
+
+        return gzip.open(source, "rb")
     return open(source, "rb")
 
 
+#: Lines Ray Data appends to a failed read: how to retry, never why it failed.
+_RETRY_NOTES = ("To change retry attempts", "Failed to read stream iteratively after",
+                "Failed to apply UDF transform after", "This looks like an AWS S3 permissions")
+
+
 def _last_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return next((line for line in reversed(text) if line.strip()), type(exc).__name__)
+    text = [line for line in str(exc).strip().splitlines()
+            if line.strip() and not line.startswith(_RETRY_NOTES)]
+    return text[-1] if text else type(exc).__name__
 
 
 def _describe_read_error(source: str, exc: BaseException) -> str:
-    return f"data.input: can't read {source}: {_last_line(exc)}"
+    reason = _last_line(exc)
+    if "Failed to read CSV file" in reason and "://" not in source:
+        reason = _csv_problem(source) or reason
+    return f"data.input: can't read {source}: {reason}"
+
+
+def _csv_problem(source: str, budget: int = 256 << 20) -> str | None:
+    """Arrow's own reason a local CSV file fails (Ray's message hides it), reading
+    at most ``budget`` bytes of it."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    options = pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES)
+    try:
+        with _open_binary(str(Path(source).expanduser())) as stream:
+            reader = pacsv.open_csv(stream, read_options=options)
+            read = 0
+            while read < budget:
+                read += reader.read_next_batch().nbytes
+    except StopIteration:
+        return None
+    except pa.ArrowInvalid as exc:
+        message = str(exc).strip().splitlines()[0]
+        if "straddl" in message:
+            return (f"a row is longer than {CSV_BLOCK_BYTES >> 20} MiB, the most the CSV "
+                    "reader takes in one piece (no prompt needs a cell that long: shorten "
+                    "or drop it)")
+        return message
+    except Exception:  # noqa: BLE001 - only a better message was wanted
+        return None
+    return None
 
 
 def _read_hint(source: str) -> str:
@@ -214,8 +291,12 @@ def input_schema(ds: "Dataset", source: str) -> "pa.Schema":
     return schema.base_schema if not isinstance(schema, pa.Schema) else schema
 
 
-def check_required_columns(schema: "pa.Schema", required: list[str], source: str) -> None:
-    """Fail before any model loads when the job's columns are missing, naming near misses."""
+def check_required_columns(schema: "pa.Schema", required: list[str], source: str,
+                           id_column: str | None = None) -> None:
+    """Fail before any model loads when the job's columns are missing, naming near misses.
+
+    A missing ``id_column`` (``data.id_column``) gets its own fix in the hint.
+    """
     available = list(schema.names)
     missing = [c for c in required if c not in available]
     if not missing:
@@ -225,10 +306,17 @@ def check_required_columns(schema: "pa.Schema", required: list[str], source: str
         close = difflib.get_close_matches(column, available, n=1, cutoff=0.6)
         if close:
             guesses.append(f"{column!r} -> did you mean {close[0]!r}?")
+    hints = []
+    if id_column in missing:
+        hints.append(f"Key the rows on a column that is unique per row with --set "
+                     f"data.id_column=<column> (one of: {', '.join(available)}), or add a "
+                     f"{id_column} column to the input.")
+    if [c for c in missing if c != id_column]:
+        hints.append("Rename the column in the file, or point the job at yours with "
+                     "--set options.<name>_column=... ('toolkit show JOB' lists the options).")
     raise InputDataError(
         f"data.input: {source} has no column {', '.join(repr(c) for c in missing)}. "
         f"Available columns: {', '.join(available)}."
         + (f" ({'; '.join(guesses)})" if guesses else ""),
-        hint="Rename the column in the file, or point the job at yours with "
-        "--set options.<name>_column=... ('toolkit show JOB' lists the options).",
+        hint=" ".join(hints),
     )

@@ -70,11 +70,12 @@ def run_job(
             underlying cause in one paragraph.
     """
     from toolkit.engines import check_engine_reachable
+    from toolkit.run.input_checks import check_written_columns
     from toolkit.run.input_data import HF_PREFIX
     from toolkit.run.openai_batch import is_openai_batch, stage_requests
     from toolkit.run.pipeline import run_pipeline
     from toolkit.run.ray_connection import connect_ray, ray_target
-    from toolkit.run.run_directory import RunDirectory, RunState
+    from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 
     target = ray_target(address, os.environ)
     if target is not None and target.startswith("ray://"):
@@ -84,12 +85,15 @@ def run_job(
             hint="Run toolkit on a node of the cluster with --address HEAD:6379 (the GCS "
             "port), or let the cluster run it: toolkit submit JOB --address http://HEAD:8265.",
         )
+    check_written_columns(job, spec)  # a result column named like the id column: nothing made
     # Refuse an unusable output directory before Ray starts. run_pipeline checks again
     # (the cluster entrypoint relies on that), with overwrite=False: --overwrite has
     # been done here, and doing it again would delete this run's log file.
     run_dir = RunDirectory(spec.data.output)
     state = run_dir.prepare(
         spec, overwrite=overwrite, resumable=not spec.data.input.startswith(HF_PREFIX))
+    if log_file is not None and log_file == run_dir.log_file:
+        run_dir.claim(RUN_LOG_FILE)  # the manifest records it before it is made
     check_engine_reachable(spec.engine)  # an http engine's server, before Ray starts
     if is_openai_batch(spec.data) and state is not RunState.COMPLETE:
         stage_requests(spec, run_dir)  # a bad request file fails here too, before Ray starts

@@ -65,6 +65,8 @@ def _open_lines(source: str) -> Iterator[tuple[int, str]]:
     with stream:
         for number, raw in enumerate(stream, start=1):
             text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+            if number == 1:  # a UTF-8 byte order mark (Windows editors) is no part of line 1
+                text = text.removeprefix("\ufeff")
             if text.strip():
                 yield number, text.rstrip("\r\n")
 
@@ -91,7 +93,7 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
     staged = run_dir.staged_input_path
     if run_dir.staged_input_complete():
         return staged
-    run_dir.clear_staged_input()  # a copy cut short by a crash
+    run_dir.begin_staged_input()  # recorded in the manifest; a copy cut short is cleared
     block = ROWS_PER_BLOCK
     if data.partitions:
         total = min(_count_lines(data.input), data.rows or math.inf)
@@ -223,6 +225,7 @@ def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) ->
     model = spec.engine.model
     lines = 0
     path = f"{run_dir.root}/{BATCH_OUTPUT_FILE}"
+    run_dir.claim(BATCH_OUTPUT_FILE)
     with run_dir.fs.open_output_stream(path) as stream:
         for batch in table.to_batches(max_chunksize=1024):
             chunk = []

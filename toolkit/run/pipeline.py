@@ -11,6 +11,7 @@ ends with a summary computed from what was actually written.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from toolkit.engines import apply_engine, check_engine_reachable
 from toolkit.engines.model_source import check_model_source
 from toolkit.errors import SpecError
+from toolkit.run.input_checks import check_written_columns
 from toolkit.run.input_data import HF_PREFIX, check_required_columns
 from toolkit.run.model_stages import (
     between_stages_schema,
@@ -103,15 +105,24 @@ def row_sampling_params(
 ) -> dict[str, Any]:
     """The spec's sampling params with a row's own on top.
 
-    A row's ``None`` keeps the spec's value; a key the spec lacks is kept even when
-    ``None``, so every row a job prepares has the same keys (one Arrow type).
+    A row's ``None`` keeps the spec's value, and a key the spec lacks is left out
+    while ``None``: a block whose rows all have ``structured_outputs: None`` gets
+    Arrow's null type there, and Ray Data can't concatenate that with a block whose
+    rows carry a constraint (``'DataType' object is not iterable`` in Ray Data LLM's
+    stages); a key missing from a block it fills in.
     """
     if not own:
         return spec_params
     merged = dict(spec_params)
     for key, value in own.items():
-        if value is not None or key not in merged:
+        if value is not None:
             merged[key] = value
+    if "seed" in own and merged.get("seed") is None:
+        # Rows that bring their own seed sit in batches with rows that don't: a null
+        # among ints turns the column to floats on its way to vLLM, whose request
+        # validation then kills the engine ("Expected int | null, got float"). A
+        # fresh random seed samples as no seed does.
+        merged["seed"] = random.getrandbits(31)
     return merged
 
 
@@ -225,7 +236,9 @@ def build_dataset(
     def check(schema: "pa.Schema") -> None:
         stage_columns = [c for stage in job.stages for c in stage.required_columns(options)]
         required = [*job.required_columns(options), *stage_columns, spec.data.id_column]
-        check_required_columns(schema, list(dict.fromkeys(required)), spec.data.input)
+        check_required_columns(schema, list(dict.fromkeys(required)), spec.data.input,
+                               id_column=spec.data.id_column)
+        check_written_columns(job, spec, schema.names)
         seen["schema"] = schema
 
     source = open_run_source(spec, run_dir, check_schema=check, samples=samples)

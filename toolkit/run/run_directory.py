@@ -4,7 +4,8 @@ A run directory (``data.output``: a local path or a URI such as ``s3://``) holds
 result files plus the toolkit's bookkeeping, under names starting with ``_`` so
 Parquet/Arrow readers skip them:
 
-- ``_manifest.json``: the spec and its fingerprint, and the write ids of every
+- ``_manifest.json``: the spec (credentials in its URLs redacted, see
+  :mod:`toolkit.spec.redaction`) and its fingerprint, and the write ids of every
   write that went there; result files are named ``part-<write id>_...``, so the
   toolkit knows exactly which files are its own, even after a crash mid-write;
 - ``_checkpoint/``: Ray Data's checkpoint of written row ids while a run is
@@ -17,9 +18,13 @@ Parquet/Arrow readers skip them:
 - ``_batch_output.jsonl``: for an OpenAI Batch API request file (``data.format:
   openai-batch``), the Batch API output file, written once the run is complete.
 
-Everything else in the directory is someone else's. The toolkit never deletes it:
-a directory holding such files is refused, with or without ``--overwrite``, and
-``--overwrite`` deletes only what the manifest says the toolkit wrote.
+Ownership goes by the manifest, not by names: the manifest lists the write ids and,
+in ``made``, each bookkeeping path the toolkit makes here (``_checkpoint``, ``_input``,
+``_logs/run.log``, ``_summary.json``, ``_batch_output.jsonl``), each recorded before it is
+written. Everything else in the directory is someone else's, ``_input/precious.csv``
+and ``_logs/notes.txt`` included. The toolkit never deletes it: a directory holding
+such files is refused, with or without ``--overwrite``, and ``--overwrite``, resume and
+cleanup delete only what the manifest says the toolkit wrote.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import SpecError
 from toolkit.spec.models import JobSpec
+from toolkit.spec.redaction import redact
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -51,6 +57,9 @@ _STAGED_MARKER = "_complete"
 BATCH_OUTPUT_FILE = "_batch_output.jsonl"
 _OWN_NAMES = (MANIFEST_FILE, SUMMARY_FILE, CHECKPOINT_DIR, STAGED_INPUT_DIR, LOGS_DIR,
               BATCH_OUTPUT_FILE)
+#: What a manifest written before ``made`` existed is taken to have made.
+_MADE_BEFORE_MADE_WAS_RECORDED = [CHECKPOINT_DIR, STAGED_INPUT_DIR, RUN_LOG_FILE, SUMMARY_FILE,
+                                  BATCH_OUTPUT_FILE]
 
 #: Spec fields that can't change any row's result, so a rerun that changes them
 #: still resumes (e.g. smaller batches after an out-of-memory crash). Every other
@@ -96,7 +105,9 @@ def results_fingerprint(spec: JobSpec) -> str:
     kind and engine kwargs, sampling, structured output) except
     :data:`RESULT_NEUTRAL_FIELDS` and :data:`RESULT_NEUTRAL_ENGINE_KWARGS`.
     """
-    decisive = spec.model_dump(mode="json")
+    # Redacted first: a URL's credentials never change a row (rotating a key or a
+    # presigned URL's signature still resumes), and no hash of them is stored.
+    decisive = redact(spec.model_dump(mode="json"))
     for dotted in RESULT_NEUTRAL_FIELDS:
         *parents, last = dotted.split(".")
         node = decisive
@@ -123,12 +134,15 @@ class Manifest:
     spec: dict[str, Any]
     write_ids: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    #: Bookkeeping paths the toolkit made here (a folder covers what is in it),
+    #: recorded before each is written.
+    made: list[str] = field(default_factory=list)
 
     def owns(self, name: str) -> bool:
         """Whether ``name`` (relative to the directory) was written by the toolkit."""
-        top = name.split("/", 1)[0]
-        if top in _OWN_NAMES:
+        if name == MANIFEST_FILE or any(name == m or name.startswith(f"{m}/") for m in self.made):
             return True
+        top = name.split("/", 1)[0]
         return any(top.startswith(f"{RESULT_FILE_PREFIX}{write_id}_") for write_id in self.write_ids)
 
 
@@ -197,8 +211,18 @@ class RunDirectory:
         with self.fs.open_output_stream(self._fs_path(f"{STAGED_INPUT_DIR}/{_STAGED_MARKER}")):
             pass
 
+    def begin_staged_input(self) -> str:
+        """Record ``_input`` as the toolkit's before staging into it, after clearing a
+        copy cut short by a crash; return its path."""
+        self.clear_staged_input()
+        self.claim(STAGED_INPUT_DIR)
+        return self.staged_input_path
+
     def clear_staged_input(self) -> None:
-        if self.exists(STAGED_INPUT_DIR):
+        """Delete the staged input, if the manifest says the toolkit made it."""
+        manifest = self.read_manifest()
+        if manifest is not None and STAGED_INPUT_DIR in manifest.made and self.exists(
+                STAGED_INPUT_DIR):
             self.fs.delete_dir(self._fs_path(STAGED_INPUT_DIR))
 
     # -- what is there -----------------------------------------------------------------
@@ -231,15 +255,27 @@ class RunDirectory:
         content = self._read_json(MANIFEST_FILE)
         if content is None:
             return None
+        content.setdefault("made", list(_MADE_BEFORE_MADE_WAS_RECORDED))
         try:
             return Manifest(**content)
         except TypeError:
             return None
 
     def foreign_files(self, manifest: Manifest | None) -> list[str]:
-        """Files the toolkit did not write (by the manifest), relative to the directory."""
-        owner = manifest or Manifest(fingerprint="", spec={})
-        return [name for name in self.entries() if not owner.owns(name)]
+        """Files the toolkit did not write (by the manifest), relative to the directory.
+
+        Without a manifest the toolkit wrote nothing here, whatever the names.
+        """
+        if manifest is None:
+            return self.entries()
+        return [name for name in self.entries() if not manifest.owns(name)]
+
+    def claim(self, name: str) -> None:
+        """Record in the manifest that the toolkit makes ``name`` here, before it does."""
+        manifest = self._require_manifest()
+        if name not in manifest.made:
+            manifest.made.append(name)
+            self._write_manifest(manifest)
 
     def result_files(self, manifest: Manifest | None = None) -> list[str]:
         """Full paths of the toolkit's result files, as listed now."""
@@ -277,9 +313,16 @@ class RunDirectory:
                 hint="Choose an empty or new directory with --output.",
             )
         state = RunState.EMPTY
+        if (manifest is not None and not overwrite and manifest.fingerprint != fingerprint
+                and not self._holds_rows(manifest)):
+            # Refused before its first row (a missing column, duplicate ids): a fixed
+            # spec starts afresh. Its staged input was for the old spec; its log stays.
+            self.clear_staged_input()
+            manifest = Manifest(fingerprint=fingerprint, spec=spec.model_dump(mode="json"),
+                                made=[n for n in manifest.made if n != STAGED_INPUT_DIR])
         if manifest is not None and not overwrite:
             if manifest.fingerprint != fingerprint:
-                changed = _changed_fields(manifest.spec, spec.model_dump(mode="json"))
+                changed = _changed_fields(manifest.spec, redact(spec.model_dump(mode="json")))
                 raise SpecError(
                     f"data.output: {self.location} holds results of a run with a different "
                     f"spec (changed: {', '.join(changed[:6]) or 'the job'}).",
@@ -305,8 +348,11 @@ class RunDirectory:
             if manifest is None or state is RunState.EMPTY:
                 manifest = Manifest(fingerprint=fingerprint, spec=spec.model_dump(mode="json"),
                                     write_ids=manifest.write_ids if manifest else [],
-                                    files=manifest.files if manifest else [])
+                                    files=manifest.files if manifest else [],
+                                    made=manifest.made if manifest else [])
             manifest.spec = spec.model_dump(mode="json")
+            if resumable and CHECKPOINT_DIR not in manifest.made:
+                manifest.made.append(CHECKPOINT_DIR)  # Ray Data writes it during the run
             self._write_manifest(manifest)
         except OSError as exc:
             raise SpecError(
@@ -314,6 +360,11 @@ class RunDirectory:
                 hint="Choose a directory you can write to with --output.",
             ) from None
         return state
+
+    def _holds_rows(self, manifest: Manifest) -> bool:
+        """Whether a run of ``manifest`` wrote any row here (results, a checkpoint, a summary)."""
+        return (bool(self.result_files(manifest)) or self.exists(SUMMARY_FILE)
+                or (CHECKPOINT_DIR in manifest.made and self.exists(CHECKPOINT_DIR)))
 
     def delete_own(self, manifest: Manifest) -> list[str]:
         """Delete what the manifest says the toolkit wrote; nothing else. Returns the names."""
@@ -325,7 +376,8 @@ class RunDirectory:
                 self.fs.delete_file(self._fs_path(name))
                 deleted.append(name)
         for directory in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
-            if self.fs.get_file_info(self._fs_path(directory)).type == pyarrow.fs.FileType.Directory:
+            if directory in manifest.made and self.fs.get_file_info(
+                    self._fs_path(directory)).type == pyarrow.fs.FileType.Directory:
                 self.fs.delete_dir(self._fs_path(directory))
         return deleted
 
@@ -379,14 +431,24 @@ class RunDirectory:
         return pads.dataset(self.result_files(), filesystem=self.fs, format=file_format)
 
     def finish(self) -> None:
-        """After the summary is written: the checkpoint and staged input are no longer needed."""
+        """After the summary is written: the checkpoint and staged input are no longer needed.
+
+        They leave the manifest too, so a folder of that name made later is not the toolkit's.
+        """
+        manifest = self._require_manifest()
         for name in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
-            if self.exists(name):
-                self.fs.delete_dir(self._fs_path(name))
+            if name in manifest.made:
+                if self.exists(name):
+                    self.fs.delete_dir(self._fs_path(name))
+                manifest.made.remove(name)
+        self._write_manifest(manifest)
 
     # -- JSON files --------------------------------------------------------------------
 
     def write_json(self, name: str, content: dict[str, Any]) -> None:
+        """Write one of the toolkit's JSON files (recorded in the manifest first)."""
+        if name != MANIFEST_FILE:
+            self.claim(name)
         with self.fs.open_output_stream(self._fs_path(name)) as stream:
             stream.write(json.dumps(content, indent=2, default=str).encode())
 
@@ -403,8 +465,8 @@ class RunDirectory:
 
     def _write_manifest(self, manifest: Manifest) -> None:
         self.write_json(MANIFEST_FILE, {
-            "fingerprint": manifest.fingerprint, "spec": manifest.spec,
-            "write_ids": manifest.write_ids, "files": manifest.files,
+            "fingerprint": manifest.fingerprint, "spec": redact(manifest.spec),
+            "write_ids": manifest.write_ids, "files": manifest.files, "made": manifest.made,
         })
 
     def _require_manifest(self) -> Manifest:
@@ -429,7 +491,12 @@ def _resolve(location: str) -> tuple["pyarrow.fs.FileSystem", str]:
     import pyarrow.fs
 
     if "://" in location:
-        return pyarrow.fs.FileSystem.from_uri(location)
+        try:
+            return pyarrow.fs.FileSystem.from_uri(location)
+        except (ValueError, OSError) as exc:  # a malformed URI, an unknown scheme
+            raise SpecError(f"data.output: can't use {location}: {exc}",
+                            hint="Write it as s3://bucket/dir (credentials come from the "
+                            "environment, e.g. AWS_ACCESS_KEY_ID).") from None
     return pyarrow.fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
 
 

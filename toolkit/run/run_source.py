@@ -22,11 +22,14 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolkit.run.input_data import HF_PREFIX, input_schema, open_input
+from toolkit.errors import InputDataError
+from toolkit.run.input_checks import check_unique_ids, read_id_column
+from toolkit.run.input_data import HF_PREFIX, input_format, input_schema, open_input
 from toolkit.run.openai_batch import is_openai_batch, read_staged_requests, stage_requests
-from toolkit.run.run_directory import RunDirectory
+from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 from toolkit.spec.sample_sources import SampleProvider, require_sample
 
@@ -57,7 +60,8 @@ def open_run_source(
     """The dataset a run reads, shaped so that a rerun can resume it.
 
     ``check_schema`` sees the input's schema before anything is staged or run, so
-    a missing column fails fast.
+    a missing column fails fast. The ids of a file input are checked next (unique,
+    none missing: see :mod:`toolkit.run.input_checks`), from the rows the run reads.
     """
     import ray.data
 
@@ -74,12 +78,45 @@ def open_run_source(
         check_schema(input_schema(ds, data.input))
         return RunSource(ds, True)
     ds = open_input(data)
-    check_schema(input_schema(ds, data.input))
-    if data.input.startswith(HF_PREFIX):
+    schema = input_schema(ds, data.input)
+    check_schema(schema)
+    if data.input.startswith(HF_PREFIX):  # streamed: its ids can't be read ahead
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
     if data.rows is None:
+        check_input_ids(spec, schema.names)
         return RunSource(ds, True)
-    return RunSource(ray.data.read_parquet(stage_input(spec, run_dir)), True)
+    staged = stage_input(spec, run_dir)
+    check_input_ids(spec, schema.names, run_dir)
+    return RunSource(ray.data.read_parquet(staged), True)
+
+
+def check_input_ids(spec: JobSpec, columns: list[str], run_dir: RunDirectory | None = None) -> None:
+    """Refuse repeated or missing ids, reading only ``data.id_column``: of the input
+    file(s), or with ``run_dir`` of its staged ``--rows`` slice (exactly the rows run).
+
+    Inputs Arrow can't read alone (http(s) URLs, odd files) go unchecked here.
+    """
+    data = spec.data
+    fmt = input_format(data)
+    if fmt not in ("csv", "parquet", "json"):  # a folder of pictures: ids are file paths
+        return
+    if run_dir is not None:
+        ids = read_id_column(f"{run_dir.root}/{STAGED_INPUT_DIR}", "parquet", data.id_column,
+                             run_dir.fs)
+        source = f"{data.input} (in the first {data.rows:,} rows, which this run reads)"
+    elif data.input.startswith(("http://", "https://")):
+        return
+    else:
+        path = data.input if "://" in data.input else str(Path(data.input).expanduser())
+        ids, source = read_id_column(path, fmt, data.id_column), data.input
+    if ids is None:
+        return
+    try:
+        check_unique_ids(ids, data.id_column, source, columns)
+    except InputDataError:
+        if run_dir is not None:  # a fixed file must be staged afresh
+            run_dir.clear_staged_input()
+        raise
 
 
 def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:
@@ -89,7 +126,7 @@ def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:
     staged = run_dir.staged_input_path
     if run_dir.staged_input_complete():
         return staged
-    run_dir.clear_staged_input()  # a copy cut short by a crash
+    run_dir.begin_staged_input()  # recorded in the manifest; a copy cut short is cleared
     with checkpointing(None):  # staging copies the input once; it has nothing to resume
         ds = open_input(data).limit(data.rows)
         if data.partitions:

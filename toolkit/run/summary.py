@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from toolkit.run.run_directory import SUMMARY_FILE, RunDirectory
+from toolkit.spec.redaction import redact
 from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ def summarize_output(
     resumed = rows_this_run is not None and rows_this_run != rows_written
     summary = RunSummary(
         job=job.name,
-        output=spec.data.output,
+        output=redact(spec.data.output),
         rows_in=rows_in if rows_in is not None else rows_written,
         rows_written=rows_written,
         rows_this_run=rows_this_run,
@@ -198,7 +199,7 @@ def summarize_output(
         first_errors=bad.to_pylist(),
         log_file=log_file,
     )
-    run_dir.write_json(SUMMARY_FILE, summary.model_dump(mode="json"))
+    run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
     return summary
 
 

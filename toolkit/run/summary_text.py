@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from toolkit.run.summary import RunSummary
+from toolkit.spec.redaction import redact
 
 SMOKE_WARNING = (
     "Smoke run: a tiny random-weight model produced these results. They prove the "
@@ -36,7 +37,7 @@ def format_summary(summary: RunSummary) -> str:
     lines += summary.notes
     if summary.smoke:
         lines.append(SMOKE_WARNING)
-    return "\n".join(lines)
+    return redact("\n".join(lines))
 
 
 def _accounting_lines(summary: RunSummary) -> list[str]:

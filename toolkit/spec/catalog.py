@@ -129,6 +129,15 @@ def find_job(reference: str, project: Path | None = None) -> JobRef:
     project = Path.cwd() if project is None else Path(project)
     as_path = Path(reference).expanduser()
     if reference.endswith((".yaml", ".yml", ".py")) or "/" in reference:
+        if as_path.is_dir():
+            inside = sorted(p.name for p in as_path.iterdir()
+                            if p.suffix in (".yaml", ".yml", ".py"))[:3]
+            raise SpecError(
+                f"Job file {reference} is a directory, not a job file.",
+                hint=(f"Name a job file inside it: {', '.join(str(as_path / n) for n in inside)}."
+                      if inside else "Name a YAML or Python job file, or run 'toolkit jobs' "
+                      "to list the jobs found here."),
+            )
         if not as_path.is_file():
             raise SpecError(
                 f"Job file {reference} does not exist.",
@@ -163,8 +172,10 @@ def load_job(reference: str | JobRef, project: Path | None = None) -> JobDefinit
         return _job_from_module(importlib.import_module(ref.module), ref.module)
     assert ref.path is not None
     if ref.path.suffix == ".py":
-        return _job_from_module(import_job_file(ref.path), str(ref.path))
-    return _job_from_yaml(ref.path, builtin=ref.builtin)
+        job = _job_from_module(import_job_file(ref.path), str(ref.path))
+        return job if ref.builtin else replace(job, source_dir=ref.path.parent)
+    job = _job_from_yaml(ref.path, builtin=ref.builtin)
+    return job if ref.builtin else replace(job, source_dir=ref.path.parent)
 
 
 def _job_from_yaml(path: Path, builtin: bool) -> JobDefinition[Any]:
@@ -178,8 +189,13 @@ def _job_from_yaml(path: Path, builtin: bool) -> JobDefinition[Any]:
     defaults["job"] = name
     if data.get("predictor") is not None:  # the model stage is the user's own class
         from toolkit.spec.predictor_job import predictor_job_definition
+        from toolkit.spec.user_classes import check_user_class
 
-        return predictor_job_definition(name, description, str(data["predictor"]), defaults,
+        predictor = str(data["predictor"])
+        if not builtin:  # a class of the job's own folder, read (not imported) here
+            predictor = check_user_class(predictor, "engine.model", base=path.parent,
+                                         projects=[path.parent])
+        return predictor_job_definition(name, description, predictor, defaults,
                                         smoke_overrides=smoke)
     python = data.get("python")
     if python is None:
@@ -195,19 +211,53 @@ def _job_from_yaml(path: Path, builtin: bool) -> JobDefinition[Any]:
             name, description, defaults,
             smoke_overrides={"engine.model": "sample:tiny-chat", **smoke},
         )
-    code = Path(str(python))
-    if code.suffix == ".py":
-        code = code if code.is_absolute() else path.parent / code
-        if not code.is_file():
-            raise SpecError(f"Job file {path}: python file {python} does not exist.")
+    code = _job_code(path, str(python), builtin)
+    if isinstance(code, Path):
         job = _job_from_module(import_job_file(code), str(code))
     else:
-        job = _job_from_module(importlib.import_module(str(python)), str(python))
+        try:
+            module = importlib.import_module(code)
+        except ModuleNotFoundError as exc:
+            raise SpecError(f"Job file {path}: python: module {code!r} can't be imported "
+                            f"({exc}).", hint="Name a .py file beside the job file "
+                            "(python: my_job.py) or an installed module.") from None
+        job = _job_from_module(module, code)
     return replace(
         job, name=name, description=description or job.description,
         defaults=deep_merge(dict(job.defaults), defaults),
         smoke_overrides={**job.smoke_overrides, **smoke},
     )
+
+
+def _job_code(job_file: Path, python: str, builtin: bool) -> Path | str:
+    """What a YAML job's ``python:`` names: a ``.py`` file in the job file's folder (or
+    below it), or a dotted module name. Built-in job files keep their code in the
+    package's ``jobs/``, beside their folder.
+
+    Raises:
+        SpecError: anything else (a path out of the folder, a file that is not .py).
+    """
+    folder = job_file.parent.resolve()
+    if not python.endswith(".py"):
+        if all(part.isidentifier() for part in python.split(".")):
+            return python
+        raise SpecError(
+            f"Job file {job_file}: python: {python!r} is neither a .py file nor a module name.",
+            hint="Write python: my_job.py (a Python file beside the job file) or "
+            "python: my_package.my_job (an importable module).",
+        )
+    code = Path(python).expanduser()
+    code = (code if code.is_absolute() else folder / code).resolve()
+    if not builtin and not code.is_relative_to(folder):
+        raise SpecError(
+            f"Job file {job_file}: python: {python} is outside the job file's folder "
+            f"({folder}).",
+            hint="Keep the job's code beside the job file or below it, "
+            "e.g. python: my_job.py.",
+        )
+    if not code.is_file():
+        raise SpecError(f"Job file {job_file}: python file {python} does not exist.")
+    return code
 
 
 def import_job_file(path: Path) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar
 
 from toolkit.spec.models import JobSpec, StrictModel
@@ -63,6 +64,10 @@ class JobDefinition(Generic[OptionsT]):
             its own engine section ``stages.<name>`` in the spec (see
             :mod:`toolkit.spec.stages`). A row that fails in one is an error row
             the later stages skip. Empty for a one-stage job.
+        source_dir: The folder of the user's job file (None for a built-in or a
+            module): the classes a spec names for ``engine.kind: python`` may come
+            from code in it, as from the folder the command runs from (see
+            :mod:`toolkit.spec.user_classes`).
     """
 
     name: str
@@ -81,6 +86,7 @@ class JobDefinition(Generic[OptionsT]):
     multimodal: bool = False
     options_of: Callable[[JobSpec], OptionsT] = spec_options
     stages: tuple[StageDefinition[OptionsT], ...] = ()
+    source_dir: Path | None = None
 
     def __post_init__(self) -> None:
         names = [stage.name for stage in self.stages]

@@ -16,8 +16,10 @@ import yaml
 from pydantic import ValidationError
 
 from toolkit.errors import SpecError
+from toolkit.spec.bounded_yaml import YamlTooLarge, load_bounded
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.redaction import redact
 from toolkit.spec.stages import stage_section_problems
 
 # The toolkit's defaults under every job file: a user's YAML job need only say
@@ -56,10 +58,28 @@ def smoke_stage_overrides(job: JobDefinition[Any]) -> dict[str, Any]:
             for dotted, value in SMOKE_OVERRIDES.items() if dotted.startswith("engine.")}
 
 
+#: A job or spec file is a few KB; anything near this is not one.
+MAX_YAML_FILE_BYTES = 4 << 20
+#: Levels a dotted key (``--set a.b.c=1``, a job file's ``smoke:`` keys) may have.
+MAX_KEY_DEPTH = 32
+
+
 def read_yaml_file(path: Path, what: str = "Spec file") -> dict[str, Any]:
-    """Read a YAML mapping, turning every failure into one clear SpecError."""
+    """Read a YAML mapping, turning every failure into one clear SpecError.
+
+    Bounded (:mod:`toolkit.spec.bounded_yaml`): aliases that expand past 100,000
+    values, nesting past 64 levels and files over 4 MiB are refused, naming the file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{what} {path} is a directory, not a {what.lower()}.",
+                        hint="Name a YAML file (my-spec.yaml), not a folder.")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if size > MAX_YAML_FILE_BYTES:
+            raise SpecError(f"{what} {path} is {size / (1 << 20):,.0f} MiB; a {what.lower()} "
+                            "is a few KB of YAML.", hint="Check that this is the file you meant.")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{what} {path} does not exist.", hint="Check the path.")
     except UnicodeDecodeError as exc:
@@ -67,7 +87,15 @@ def read_yaml_file(path: Path, what: str = "Spec file") -> dict[str, Any]:
     except OSError as exc:
         raise SpecError(f"Cannot read {what.lower()} {path}: {exc.strerror}.")
     try:
-        data = yaml.safe_load(text)
+        data = load_bounded(text)
+    except YamlTooLarge as exc:
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise SpecError(
+            f"{what} {path} is refused: {exc.problem}{where}.",
+            hint="YAML aliases repeat a value by reference, and nested ones multiply "
+            "('billion laughs'); write the values out, or use fewer aliases and levels.",
+        ) from None
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
@@ -89,8 +117,17 @@ def read_yaml_file(path: Path, what: str = "Spec file") -> dict[str, Any]:
 
 
 def set_dotted(target: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``a.b.c`` in nested dicts, creating the intermediate mappings."""
+    """Set ``a.b.c`` in nested dicts, creating the intermediate mappings.
+
+    Raises:
+        SpecError: the key has more than :data:`MAX_KEY_DEPTH` levels.
+    """
     keys = dotted.split(".")
+    if len(keys) > MAX_KEY_DEPTH:
+        raise SpecError(
+            f"Key {_shorten(dotted)} has {len(keys):,} levels; spec keys have at most "
+            f"{MAX_KEY_DEPTH} (e.g. engine.engine_kwargs.max_model_len).",
+            hint="'toolkit show JOB' lists every key.")
     node = target
     for key in keys[:-1]:
         child = node.get(key)
@@ -105,16 +142,26 @@ def parse_set_expression(expression: str) -> tuple[str, Any]:
     """``engine.batch_size=64`` -> ``("engine.batch_size", 64)``; values are YAML scalars."""
     path, sep, raw = expression.partition("=")
     path = path.strip()
+    if path.count(".") >= MAX_KEY_DEPTH:
+        raise SpecError(
+            f"--set {_shorten(path)}=...: the key has {path.count('.') + 1:,} levels; spec "
+            f"keys have at most {MAX_KEY_DEPTH} (e.g. engine.engine_kwargs.max_model_len).",
+            hint="For example: --set engine.batch_size=64 ('toolkit show JOB' lists every key).",
+        )
     if not sep or not path or any(not part for part in path.split(".")):
         raise SpecError(
             f"--set {expression!r} is not of the form section.key=value.",
             hint="For example: --set engine.batch_size=64 --set sampling.temperature=0.2",
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_bounded(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return path, value
+
+
+def _shorten(key: str, keep: int = 40) -> str:
+    return key if len(key) <= keep else f"{key[:keep]}... ({len(key):,} characters)"
 
 
 def deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,11 +198,35 @@ def validate_spec(job: JobDefinition[Any], data: Mapping[str, Any], source: str)
     if problems:
         raise SpecError("\n".join([f"Invalid spec for {source}:", *problems]), hint=hint)
     try:
-        return job.spec_model.model_validate(data)
+        spec = job.spec_model.model_validate(data)
     except ValidationError as exc:
         raise SpecError(
             format_validation_error(exc, source), hint=hint,
         ) from None
+    check_user_classes(job, spec)
+    return spec
+
+
+def check_user_classes(job: JobDefinition[Any], spec: JobSpec) -> None:
+    """Every class the spec names (``model`` of an ``engine.kind: python`` section) is
+    the user's own, checked before anything is imported from it.
+
+    Raises:
+        SpecError: naming the reference and what a job may name.
+    """
+    import sys
+
+    from toolkit.spec.user_classes import check_user_class
+
+    sections = [("engine", spec.engine), *((f"stages.{n}", s) for n, s in spec.stages.items())]
+    module = sys.modules.get(job.preprocess.__module__)
+    if module is not None and module.__name__.startswith("toolkit."):
+        module = None  # the toolkit's own job code (a predictor or prompt job), not the user's
+    projects = [Path.cwd(), *([job.source_dir] if job.source_dir is not None else [])]
+    for field, engine in sections:
+        if engine.kind == "python":
+            check_user_class(engine.model, f"{field}.model", projects=projects,
+                             job_module=module)
 
 
 def load_job_spec(
@@ -209,8 +280,11 @@ def load_job_spec(
 
 
 def spec_to_yaml(spec: JobSpec) -> str:
-    """The full effective spec as YAML: the job's own sections first, then the shared ones."""
-    dumped = spec.model_dump(mode="json")
+    """The full effective spec as YAML: the job's own sections first, then the shared ones.
+
+    For people (``toolkit show``): credentials in its URLs are redacted.
+    """
+    dumped = redact(spec.model_dump(mode="json"))
     shared = ("options", *(name for name in JobSpec.model_fields if name not in ("job", "options")))
     ordered = {"job": dumped.pop("job")}
     ordered.update({k: v for k, v in dumped.items() if k not in shared})

@@ -9,7 +9,9 @@ locally, instead of on a cluster an hour later.
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,6 +24,14 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from toolkit.spec.engine_support import (
+    TRANSFORMERS_ENGINE_KWARGS,
+    regex_problem,
+    unknown_transformers_kwargs,
+    unused_vllm_kwargs,
+)
+from toolkit.spec.redaction import preview, redact
 
 SAMPLE_PREFIX = "sample:"
 
@@ -67,13 +77,58 @@ def parse_row_count(value: Any) -> int | None:
 
 RowCount = Annotated[int | None, BeforeValidator(parse_row_count)]
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: How common API keys and tokens begin (OpenAI, Stripe, Hugging Face, GitHub, GitLab,
+#: Slack, AWS access key ids, Google API keys, JWTs).
+_KEY_PREFIXES = ("sk-", "sk_", "pk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "ghu_",
+                 "github_pat_", "glpat-", "xoxb-", "xoxp-", "AKIA", "ASIA", "AIza", "eyJ")
+
+
+def _looks_like_a_key(value: str) -> bool:
+    if value.startswith(_KEY_PREFIXES):
+        return True
+    has_digit = any(c.isdigit() for c in value)
+    if len(value) >= 20 and has_digit and "_" not in value:
+        return True  # a hex or base64 token; variable names have words and underscores
+    if len(value) >= 24 and has_digit and any(c.islower() for c in value) and any(
+            c.isupper() for c in value):
+        return True  # mixed case and digits: random, not a name
+    return len(value) >= 16 and not _ENV_NAME.fullmatch(value)
+
+
+def check_env_name(value: str) -> str:
+    """The name of an environment variable (letters, digits and ``_``, not starting
+    with a digit), for settings that name where a secret is read from.
+
+    A value that looks like the secret itself is refused without being echoed: the
+    message shows only its first three characters.
+
+    Raises:
+        ValueError: not a variable name.
+    """
+    if _ENV_NAME.fullmatch(value) and not _looks_like_a_key(value):
+        return value
+    if _looks_like_a_key(value):
+        raise ValueError(
+            f"{preview(value)!r} looks like a key, not a variable name; keep the key in an "
+            "environment variable (export OPENAI_API_KEY=...) and give the variable's name "
+            "here (OPENAI_API_KEY)"
+        )
+    raise ValueError(
+        f"{preview(value)!r} is not an environment variable name (letters, digits and _, "
+        "not starting with a digit)"
+    )
+
 
 def check_regex(pattern: str) -> str:
-    """A regular expression that compiles (for structured outputs)."""
+    """A regular expression that compiles and that structured outputs can enforce."""
     try:
         re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"not a valid regular expression: {exc}") from None
+    problem = regex_problem(pattern)
+    if problem is not None:
+        raise ValueError(f"{pattern!r}: {problem}")
     return pattern
 
 
@@ -135,6 +190,27 @@ class DataConfig(StrictModel):
             "storage: a relative path lives on the head node's disk."
         )
     )
+
+    @field_validator("output")
+    @classmethod
+    def _a_directory_of_its_own(cls, value: str) -> str:
+        """Not the filesystem root nor the home directory: a run lists (and on
+        --overwrite clears) what it finds in its output directory."""
+        if "://" in value or not value.strip():
+            return value
+        where = Path(os.path.abspath(os.path.expanduser(value)))
+        try:
+            home = Path(os.path.abspath(Path.home()))
+        except RuntimeError:  # no home directory known
+            home = None
+        what = ("the filesystem root" if where == Path(where.anchor)
+                else "your home directory" if where == home else None)
+        if what is not None:
+            shown = value if str(where) == value else f"{value} ({where})"
+            raise ValueError(
+                f"{shown} is {what}; results need a directory of their own, "
+                "e.g. --output out/<job> (a new or empty directory)")
+        return value
     output_format: Literal["parquet", "csv", "json"] = Field(
         "parquet",
         description="Parquet keeps types and compresses well; csv/json are easier to eyeball.",
@@ -198,7 +274,9 @@ class EngineConfig(StrictModel):
         description=(
             "Passed to the engine. For vLLM these are vLLM engine arguments (max_model_len, "
             "gpu_memory_utilization, enable_chunked_prefill, ...). The transformers engine "
-            "reads max_model_len (longer prompts become error rows) and dtype."
+            "reads max_model_len (longer prompts become error rows), dtype and "
+            "enable_prefix_caching; it accepts vLLM's other arguments without using them "
+            "(so one job file serves both engines) and refuses a key neither engine knows."
         ),
     )
     batch_size: int = Field(
@@ -303,7 +381,8 @@ class EngineConfig(StrictModel):
             "http only: the server's OpenAI API root, e.g. http://127.0.0.1:8000/v1 (vLLM, "
             "Ray Serve LLM, transformers serve) or https://api.openai.com/v1. Rows go to "
             "{base_url}/chat/completions; the run checks {base_url}/models first and stops "
-            "before reading any row when the server can't be reached."
+            "before reading any row when the server can't be reached. A URL holding "
+            "credentials (user:password@, ?api_key=...) is refused: use api_key_env."
         ),
     )
     api_key_env: str | None = Field(
@@ -312,7 +391,8 @@ class EngineConfig(StrictModel):
         description=(
             "http only: name of the environment variable holding the API key, sent as "
             "'Authorization: Bearer ...' (e.g. OPENAI_API_KEY). The key itself is read "
-            "where the requests are made and never written into the spec, job.yaml or logs."
+            "where the requests are made and never written into the spec, job.yaml or logs; "
+            "a value that looks like a key rather than a name is refused."
         ),
     )
     headers_from_env: dict[str, str] = Field(
@@ -323,6 +403,33 @@ class EngineConfig(StrictModel):
             "run time: {Header-Name: ENV_VAR}, e.g. {OpenAI-Organization: OPENAI_ORG}."
         ),
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        if value is not None and redact(value) != value:
+            raise ValueError(
+                f"{redact(value)} carries credentials in the URL, which would be written "
+                "into the run's files; put the key in an environment variable and name "
+                "it in engine.api_key_env (sent as 'Authorization: Bearer ...') or "
+                "engine.headers_from_env instead"
+            )
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_env_is_a_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_env_name(value)
+
+    @field_validator("headers_from_env")
+    @classmethod
+    def _header_envs_are_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for header, name in value.items():
+            try:
+                check_env_name(name)
+            except ValueError as exc:
+                raise ValueError(f"header {header!r}: {exc}") from None
+        return value
     qps: int | None = Field(
         None,
         gt=0,
@@ -425,6 +532,15 @@ class EngineConfig(StrictModel):
                     "the transformers engine can't honour " + " or ".join(refused)
                     + "; remove it or use kind: vllm"
                 )
+            unknown = unknown_transformers_kwargs(self.engine_kwargs)
+            if unknown:
+                raise ValueError(
+                    f"engine_kwargs {', '.join(unknown)}: no engine reads "
+                    f"{'these' if len(unknown) > 1 else 'this'} (check the spelling). The "
+                    f"transformers engine reads {', '.join(TRANSFORMERS_ENGINE_KWARGS)}; "
+                    "vLLM's engine arguments (gpu_memory_utilization, max_num_seqs, ...) are "
+                    "accepted too and apply with kind: vllm"
+                )
         return self
 
     def _fits_http(self) -> None:
@@ -501,6 +617,14 @@ class EngineConfig(StrictModel):
                     f"vLLM's max_num_seqs {max_num_seqs}: the GPU will wait for work. Raise "
                     "engine.batch_size or engine.max_concurrent_batches."
                 )
+        unused = unused_vllm_kwargs(self.engine_kwargs) if self.kind == "transformers" else []
+        if unused:
+            warnings.append(
+                f"engine.engine_kwargs {', '.join(unused)}: vLLM "
+                f"setting{'s' if len(unused) > 1 else ''} the transformers engine doesn't use "
+                f"(it reads {', '.join(TRANSFORMERS_ENGINE_KWARGS)}); "
+                f"{'they apply' if len(unused) > 1 else 'it applies'} with kind: vllm."
+            )
         return warnings
 
 

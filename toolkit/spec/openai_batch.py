@@ -72,8 +72,11 @@ def parse_request_line(text: str, line: int) -> dict[str, Any]:
     A line that is not a JSON object, lacks a string ``custom_id``, or is not a POST
     to ``/v1/chat/completions`` with an object ``body`` is a row whose
     ``request_error`` names the line (and keeps ``line-N`` as its id when it has no
-    custom_id of its own), so it becomes an error row of the output.
+    custom_id of its own), so it becomes an error row of the output. A UTF-8 byte
+    order mark before line 1 is ignored.
     """
+    if line == 1:
+        text = text.removeprefix("\ufeff")
     try:
         request = json.loads(text)
     except ValueError as exc:

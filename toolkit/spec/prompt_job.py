@@ -4,7 +4,9 @@ The ``prompt`` section is two Jinja2 templates over the row's columns; the
 ``output`` section says what the answer must look like (one of a list, a regular
 expression, a JSON object, or free text) and which columns it becomes. The hooks
 here are the same row functions a Python job writes, so the pipeline runs both
-alike. Templates run in Jinja's immutable sandbox: a job file is user input.
+alike. Templates run in Jinja's immutable sandbox with limits on output, values and
+steps (:mod:`toolkit.spec.template_sandbox`): a job file is user input, and a
+template that would build gigabytes or loop for hours makes error rows instead.
 """
 
 from __future__ import annotations
@@ -19,17 +21,26 @@ from typing import Any
 import jinja2
 import jinja2.meta
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, Regex, StrictModel
 from toolkit.spec.row_contract import ERROR_COLUMN, GENERATED_TEXT_COLUMN, MESSAGES_COLUMN
 from toolkit.spec.row_contract import SAMPLING_PARAMS_COLUMN, plain
-
-_ENV = ImmutableSandboxedEnvironment(
-    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False
+from toolkit.spec.template_sandbox import (
+    BOUNDED_ENV,
+    RenderLimits,
+    TemplateLimitError,
+    render_bounded,
 )
+
+_ENV = BOUNDED_ENV
+#: A rendered prompt may hold engine_kwargs.max_model_len x this many characters:
+#: generous (English runs about 4 characters a token), so only a prompt that could
+#: never fit the model is cut short.
+CHARS_PER_TOKEN_CAP = 8
+#: The cap's token count when the spec sets no engine_kwargs.max_model_len.
+DEFAULT_CAP_TOKENS = 131_072
 # Names the templates get besides the columns; never input columns themselves.
 _CONTEXT_NAMES = frozenset({"row", "choices"}) | frozenset(_ENV.globals)
 _RESERVED_COLUMNS = {ERROR_COLUMN, GENERATED_TEXT_COLUMN, MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN}
@@ -116,6 +127,9 @@ class OutputConfig(StrictModel):
             unknown = set(schema.get("required", [])) - set(properties)
             if unknown:
                 raise ValueError(f"json_schema requires undeclared properties {sorted(unknown)}")
+            problems = schema_problems(schema)
+            if problems:
+                raise ValueError("; ".join(problems))
         return schema
 
     @model_validator(mode="after")
@@ -131,25 +145,121 @@ class OutputConfig(StrictModel):
         return self
 
 
+_SCHEMA_TYPES = ("string", "integer", "number", "boolean", "object", "array", "null")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
+               "propertyNames", "additionalItems", "unevaluatedItems", "unevaluatedProperties")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def _type_problems(schema: Any, path: str) -> list[str]:
+    if not isinstance(schema, dict):
+        return []
+    problems = []
+    if "type" in schema:
+        declared = schema["type"]
+        for name in declared if isinstance(declared, list) else [declared]:
+            if name not in _SCHEMA_TYPES:
+                problems.append(f"{path}.type: {name!r} is not a JSON schema type; use one of "
+                                f"{', '.join(_SCHEMA_TYPES)}")
+    children: list[tuple[str, Any]] = []
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            children += [(f"{key}.{name}", sub) for name, sub in schema[key].items()]
+    for key in _SUBSCHEMAS:
+        items = schema.get(key)
+        if isinstance(items, dict):
+            children.append((key, items))
+        elif isinstance(items, list):  # the older tuple form of items
+            children += [(f"{key}.{i}", sub) for i, sub in enumerate(items)]
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            children += [(f"{key}.{i}", sub) for i, sub in enumerate(schema[key])]
+    for where, sub in children:
+        problems += _type_problems(sub, f"{path}.{where}" if path else where)
+    return problems
+
+
+def schema_problems(schema: dict[str, Any]) -> list[str]:
+    """What is wrong with a JSON schema, checked when the job loads, not per row.
+
+    Every ``type`` is checked by hand (for a clear message), then the whole schema
+    against its JSON Schema meta-schema where ``jsonschema`` is installed (Ray
+    depends on it).
+    """
+    problems = [p.lstrip(".") for p in _type_problems(schema, "")]
+    if problems:
+        return problems
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - Ray requires it
+        return []
+    checker = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(checker(checker.META_SCHEMA).iter_errors(schema))
+    if error is None:
+        return []
+    where = ".".join(str(part) for part in error.absolute_path)
+    return [f"{where + ': ' if where else ''}{error.message} (not a valid JSON schema)"]
+
+
+class PromptJobSettings(StrictModel):
+    """A prompt job's own settings (``options:`` in its file, ``--set options.KEY=...``)."""
+
+    max_prompt_chars: int | None = Field(
+        None,
+        gt=0,
+        exclude_if=lambda value: value is None,  # unset: specs keep their hash
+        description=(
+            "Most characters a row's rendered prompt (system + user) may hold; a row past "
+            "it becomes an error row at once, before it reaches the model. Unset: "
+            f"engine.engine_kwargs.max_model_len x {CHARS_PER_TOKEN_CAP} (a prompt longer "
+            "than that can't fit the model anyway). The template itself is also bounded "
+            "(values it builds, loop steps), so a runaway template fails its rows quickly "
+            "instead of hanging a worker."
+        ),
+    )
+
+
 class PromptJobSpec(JobSpec):
     """A YAML job: the shared sections plus ``prompt`` and ``output``."""
 
+    options: PromptJobSettings = Field(
+        default_factory=PromptJobSettings, description="The prompt job's own settings.")
     prompt: PromptConfig
     output: OutputConfig = Field(default_factory=OutputConfig)
 
 
 class PromptJobOptions(StrictModel):
-    """What the hooks receive on the workers: just the prompt and the output shape."""
+    """What the hooks receive on the workers: the prompt, the output shape and the
+    prompt's size cap (with where it comes from, for error rows)."""
 
     model_config = ConfigDict(frozen=True)
 
     prompt: PromptConfig
     output: OutputConfig
+    max_prompt_chars: int = DEFAULT_CAP_TOKENS * CHARS_PER_TOKEN_CAP
+    max_prompt_chars_from: str = ""
+
+
+def prompt_char_cap(spec: PromptJobSpec) -> tuple[int, str]:
+    """(characters a rendered prompt may hold, where that number comes from)."""
+    if spec.options.max_prompt_chars is not None:
+        return spec.options.max_prompt_chars, "options.max_prompt_chars"
+    tokens = spec.engine.engine_kwargs.get("max_model_len")
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+        return tokens * CHARS_PER_TOKEN_CAP, (
+            f"engine.engine_kwargs.max_model_len {tokens} x {CHARS_PER_TOKEN_CAP}; "
+            "options.max_prompt_chars sets another cap")
+    return DEFAULT_CAP_TOKENS * CHARS_PER_TOKEN_CAP, (
+        f"{DEFAULT_CAP_TOKENS:,} tokens x {CHARS_PER_TOKEN_CAP} without "
+        "engine.engine_kwargs.max_model_len; options.max_prompt_chars sets another cap")
 
 
 def prompt_options(spec: PromptJobSpec) -> PromptJobOptions:
     """Pick the hooks' options out of a validated prompt-job spec."""
-    return PromptJobOptions(prompt=spec.prompt, output=spec.output)
+    cap, source = prompt_char_cap(spec)
+    return PromptJobOptions(prompt=spec.prompt, output=spec.output, max_prompt_chars=cap,
+                            max_prompt_chars_from=source)
 
 
 # Keyed by source, so each worker process compiles a template once, and the
@@ -197,15 +307,34 @@ def preprocess(row: dict[str, Any], options: PromptJobOptions) -> dict[str, Any]
         if _is_blank(values[name]):
             raise ValueError(f"column {name!r} is empty")
     context = {**values, "row": values, "choices": list(options.output.choice or [])}
+    row_text = sum(len(v) for v in values.values() if isinstance(v, str))
+    used = 0
     messages = []
     for role, source in (("system", options.prompt.system), ("user", options.prompt.user)):
         if source is not None:
+            limits = RenderLimits(max_chars=options.max_prompt_chars,
+                                  value_chars=options.max_prompt_chars + row_text,
+                                  why=options.max_prompt_chars_from, used=used)
             try:
-                content = _template(source).render(context)
+                content = render_bounded(_template(source), context, limits)
+            except TemplateLimitError as exc:
+                raise ValueError(f"prompt.{role}: {exc}"
+                                 f"{_longest_column(values, options.max_prompt_chars)}"
+                                 ) from None
             except jinja2.TemplateError as exc:
                 raise ValueError(f"{role} template: {exc}") from None
+            used += len(content)
             messages.append({"role": role, "content": content})
     return {"messages": messages}
+
+
+def _longest_column(values: Mapping[str, Any], cap: int) -> str:
+    """Which column alone holds more than the prompt may: '' when none does."""
+    sizes = {name: len(v) for name, v in values.items() if isinstance(v, str) and len(v) > cap}
+    if not sizes:
+        return ""
+    name = max(sizes, key=sizes.__getitem__)
+    return f"; column {name!r} alone is {sizes[name]:,} characters"
 
 
 def structured_output(options: PromptJobOptions) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """The vLLM suite: the production engine run for real, on vLLM's CPU backend.
 
 It needs vLLM's CPU build in its own virtualenv (README: "vLLM on CPU"); CI makes one
-with the README's line and runs ``python -m pytest tests/vllm`` there. Elsewhere these
+with the README's line and runs ``python -m pytest tests/on_vllm`` there. Elsewhere these
 tests are skipped, saying why.
 """
 
