@@ -226,3 +226,20 @@ def test_cpu_backend_settings_are_the_users_to_change(local_ray, tiny_chat_model
         "vLLMEngineStage").fn_constructor_kwargs["engine_kwargs"]
     assert engine_kwargs["kv_cache_memory_bytes"] == 3 * 2**30
     assert (engine_kwargs["enforce_eager"], engine_kwargs["dtype"]) == (False, "bfloat16")
+
+
+def test_a_local_run_shrinks_cpu_pools_this_machine_cannot_hold():
+    """The templates' 4 workers are sized for GPU clusters; on a 4-CPU local Ray, 1-CPU
+    vLLM workers leave room for 2 beside its CPU stages and the reads and writes."""
+    from toolkit.run.local_run import fit_pools_to_this_machine
+
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={"engine.accelerator_type": "none"})
+    fitted, notices = fit_pools_to_this_machine(spec, cpus=4)
+    assert (spec.engine.concurrency, fitted.engine.concurrency) == (4, 2)
+    assert notices == [
+        "engine.concurrency 4 is more CPU workers (1 CPU each) than the Ray started here "
+        "holds (4 CPUs, 1 kept for reading and writing): running 2. Set --concurrency to choose."]
+    assert fit_pools_to_this_machine(spec, cpus=16) == (spec, [])
+    on_gpus = load_job_spec(job)
+    assert fit_pools_to_this_machine(on_gpus, cpus=4) == (on_gpus, [])

@@ -104,6 +104,13 @@ def run_job(
                 on_connected(connection)
             if connection.started_here:
                 check_runs_locally(spec)
+                import ray
+
+                spec, notices = fit_pools_to_this_machine(
+                    spec, ray.cluster_resources().get("CPU", 0))
+                for notice in notices:
+                    if on_notice is not None:
+                        on_notice(notice)
             progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             if on_progress is not None and state is not RunState.COMPLETE:
                 reporter = ProgressReporter(WrittenRows(run_dir, spec.data.output_format),
@@ -176,6 +183,56 @@ def check_runs_locally(spec: JobSpec) -> None:
                 "stages.NAME.accelerator_type=none for a stage), or submit the job to a "
                 "GPU cluster with toolkit submit.",
             )
+
+
+#: CPUs a local run keeps for Ray Data's reads, the job's own CPU steps and writes.
+READ_WRITE_CPUS = 1.0
+
+
+def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list[str]]:
+    """Fewer CPU engine workers where a Ray started here can't hold the pool asked for.
+
+    A local Ray never grows, and a fixed pool waits for all its workers: the
+    templates' ``concurrency: 4`` (sized for GPU clusters) of 1-CPU workers on a
+    4-CPU local Ray leaves nothing for reading and writing, and vLLM's CPU backend
+    also needs its chat-template, tokenize and detokenize stages, so the run would
+    sit at 0 rows forever. Each CPU stage keeps at least one worker; concurrency
+    doesn't change results (it is not in the resume fingerprint).
+
+    Returns:
+        The spec to run and a notice for each pool made smaller.
+    """
+    from toolkit.engines.vllm_engine import CPU_BACKEND_STAGE_CPUS
+
+    sections = [*((f"stages.{name}", stage) for name, stage in spec.stages.items()),
+                ("engine", spec.engine)]
+    on_cpu = [(field, engine) for field, engine in sections if not engine.gpus_per_worker]
+
+    def beside(engine: Any) -> float:  # Ray Data LLM's CPU stages around vLLM
+        return 3 * CPU_BACKEND_STAGE_CPUS if engine.runs_vllm_on_cpu else 0.0
+
+    spare = cpus - READ_WRITE_CPUS - sum(e.num_cpus + beside(e) for _, e in on_cpu)
+    if spare < 0 or not on_cpu:
+        return spec, []  # not even one worker each: left for Ray to report
+    updates: dict[str, Any] = {}
+    notices = []
+    for field, engine in on_cpu:
+        wanted = engine.pool_size[0]
+        workers = 1 + min(wanted - 1, int(spare // engine.num_cpus))
+        spare -= (workers - 1) * engine.num_cpus
+        if workers < wanted:
+            key = "min_concurrency" if engine.min_concurrency is not None else "concurrency"
+            updates[field] = engine.model_copy(update={key: workers})
+            notices.append(
+                f"{field}.concurrency {wanted} is more CPU workers ({engine.num_cpus:g} CPU "
+                f"each) than the Ray started here holds ({cpus:g} CPUs, "
+                f"{READ_WRITE_CPUS:g} kept for reading and writing): running {workers}. "
+                "Set --concurrency to choose.")
+    if not updates:
+        return spec, []
+    stages = {name: updates.get(f"stages.{name}", stage) for name, stage in spec.stages.items()}
+    return spec.model_copy(update={"engine": updates.get("engine", spec.engine),
+                                   "stages": stages}), notices
 
 
 def root_cause(exc: BaseException) -> str:
