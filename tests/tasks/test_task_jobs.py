@@ -54,7 +54,7 @@ def test_smoke_run_writes_one_typed_row_per_input_row(job, local_ray, tmp_path):
         assert ok.filter(pa.compute.equal(ok["review_id"], 13)).num_rows == 1
     if job == "embed":
         assert {len(v) for v in ok["embedding"].to_pylist()} == {64}
-        assert "embedding_dimensions: 32" in result.output
+        assert "embedding_dimensions: 64" in result.output
     if job == "tabular-predict":
         assert set(ok["prediction"].to_pylist()) <= {"churn", "stay"}
         assert failed["error"].to_pylist()[0] == "preprocess: column 'income' is missing"
