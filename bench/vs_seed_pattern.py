@@ -70,6 +70,12 @@ def timed(command: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
+def this_toolkit() -> str:
+    """The ``toolkit`` command of the Python running this benchmark, else the one on PATH."""
+    beside = Path(sys.executable).parent / "toolkit"
+    return str(beside) if beside.exists() else "toolkit"
+
+
 def start_up_and_rate(seconds_small: float, seconds_large: float, small: int,
                       large: int) -> tuple[float, float]:
     """(fixed seconds, rows/s) from two runs: wall = fixed + rows / rate."""
@@ -109,7 +115,7 @@ def main() -> None:
         "seeds' pattern": lambda rows, out: [
             sys.executable, str(BENCH / "seed_pattern.py"), "--input", str(rows),
             "--model", model, "--output", str(out), "--batch-size", str(args.batch_size)],
-        "ours, transformers": ours("toolkit", "transformers"),
+        "ours, transformers": ours(this_toolkit(), "transformers"),
     }
     if Path(args.vllm_toolkit).exists():
         contenders["ours, vLLM on CPU"] = ours(args.vllm_toolkit, "vllm")
