@@ -117,9 +117,9 @@ def test_submit_forwards_the_header_variables_by_name():
 
     spec = load_job_spec(load_job("text-industry"), sets=[
         *HTTP, "engine.api_key_env=MY_SERVER_KEY", "engine.headers_from_env={X-Team: TEAM_ID}"])
-    assert spec.engine.header_env_names == ["MY_SERVER_KEY", "TEAM_ID"]
+    assert spec.engine.secret_env_names == ["MY_SERVER_KEY", "TEAM_ID"]
     environ = {"MY_SERVER_KEY": "sk-1", "TEAM_ID": "t-9", "UNRELATED": "x"}
-    assert secret_env(environ, names=spec.engine.header_env_names) == {
+    assert secret_env(environ, names=spec.engine.secret_env_names) == {
         "MY_SERVER_KEY": "sk-1", "TEAM_ID": "t-9"}
     assert "sk-1" not in json.dumps(spec.model_dump(mode="json"))
 

@@ -20,7 +20,7 @@ from toolkit.engines.transformers_vision_engine import (  # noqa: E402
 from toolkit.engines.images import decode_image, image_to_data_url, resize_image  # noqa: E402
 from toolkit.samples.images import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import build_tiny_vision_model  # noqa: E402
-from toolkit.spec.models import EngineConfig  # noqa: E402
+from toolkit.spec.engine_kinds import validate_engine  # noqa: E402
 
 GREEDY = {"temperature": 0.0, "max_tokens": 8, "top_p": 1.0}
 
@@ -195,7 +195,8 @@ def test_runs_as_a_ray_data_stage(local_ray, model_dir, pictures):
             image_row(4, as_bytes(other)),
         ]
     )
-    config = EngineConfig(kind="transformers", model=str(model_dir), batch_size=2, concurrency=1)
+    config = validate_engine(dict(kind="transformers", model=str(model_dir), batch_size=2,
+                                  concurrency=1))
 
     rows = sorted(apply_transformers_vision_engine(ds, config).take_all(), key=lambda r: r["id"])
 

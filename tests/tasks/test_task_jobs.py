@@ -109,7 +109,7 @@ def test_task_and_engine_pairs_no_engine_implements_are_refused_by_name():
     result = CliRunner().invoke(main, ["show", "image-classify", "--engine", "vllm"])
     assert "engine.task: image-classify runs on engine.kind transformers, not vllm" in result.output
     result = CliRunner().invoke(main, ["show", "text-industry", "--engine", "sklearn"])
-    assert "engine.kind: sklearn runs task tabular only, not generate" in result.output
+    assert "not sklearn (which runs task tabular only)" in result.output
     assert load_job_spec(job).engine.task == "tabular"
 
 

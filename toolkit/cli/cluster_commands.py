@@ -264,7 +264,7 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     for warning in submission.warnings:
         _note(f"Warning: {warning}")
     spec = submission.spec
-    secrets = secret_env(names=spec.engine.header_env_names)
+    secrets = secret_env(names=[name for _, engine in spec.model_stages for name in engine.secret_env_names])
     _note(f"Submitting {job} to {target.where}: {spec.engine.kind} with {spec.engine.model}, "
           f"{spec.data.input} -> {spec.data.output}")
     if spec.uses_sample_model:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import SpecError, ToolkitError, debug_enabled
+from toolkit.spec.engine_kinds import engine_kind
 
 #: Packages every run needs on the cluster, by import name -> pip name.
 RUNTIME_PACKAGES: dict[str, str] = {
@@ -28,20 +29,17 @@ RUNTIME_PACKAGES: dict[str, str] = {
     "click": "click",
     "pyarrow": "pyarrow",
 }
-#: What each engine adds. vLLM is not checked: it must be on the GPU workers,
-#: which a custom cluster may give a different image than its head node.
-ENGINE_PACKAGES: dict[str, dict[str, str]] = {
-    "transformers": {"torch": "torch", "transformers": "transformers", "xgrammar": "xgrammar"},
-    "sklearn": {"sklearn": "scikit-learn", "joblib": "joblib"},
-}
 
 
 def missing_packages(*engine_kinds: str) -> list[str]:
     """pip names of the packages this Python lacks for a run on ``engine_kinds`` (every
-    model stage's engine)."""
+    model stage's engine), as each kind declares them (except those its workers may
+    get from another image than the head node's: vLLM's)."""
     wanted = dict(RUNTIME_PACKAGES)
-    for kind in engine_kinds:
-        wanted.update(ENGINE_PACKAGES.get(kind, {}))
+    for name in engine_kinds:
+        kind = engine_kind(name)
+        if kind.checked_on_head:
+            wanted.update(kind.packages)
     return [pip for module, pip in wanted.items() if importlib.util.find_spec(module) is None]
 
 
@@ -89,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         job = load_job(args.job)
         spec = read_spec_file(job, args.spec)
         # Workers load the model, but they run the driver's image in every setup we render.
-        check_packages(*(stage.kind for stage in spec.stages.values()), spec.engine.kind)
+        check_packages(*(engine.kind for _, engine in spec.model_stages))
         connection = connect_ray()
         if connection.dashboard_url:
             print(f"Ray Dashboard: {connection.dashboard_url}", flush=True)

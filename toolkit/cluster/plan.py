@@ -45,6 +45,7 @@ from toolkit.cluster.job_progress import format_duration
 from toolkit.cluster.price_table import PRICES_AS_OF, instance_price
 from toolkit.cluster.throughput_table import tokens_per_second_per_gpu
 from toolkit.errors import SpecError
+from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import SAMPLE_PREFIX, DataConfig, JobSpec
 
@@ -496,8 +497,7 @@ def plan_job(
                      "directory, not in the Hugging Face cache), so tokens are estimated.")
 
     gpus = spec.engine.gpus_per_worker
-    gpus_figure = Figure(gpus, "spec", "vLLM: tensor x pipeline parallel size"
-                         if spec.engine.kind == "vllm" else "engine.accelerator_type")
+    gpus_figure = Figure(gpus, "spec", spec.engine.gpus_detail)
     instance_type = _plan_instance_type(spec, notes)
     price = instance_price(instance_type.value)
     workers, instances = _plan_workers(spec, gpus, price, notes)
@@ -553,9 +553,7 @@ def plan_job(
 
 def _plan_instance_type(spec: JobSpec, notes: list[str]) -> Figure:
     accelerator = spec.engine.accelerator_type
-    if spec.engine.runs_vllm_on_cpu:
-        notes.append("vLLM on CPU workers (no engine.accelerator_type): far slower than on "
-                     "GPUs for real models; set --accelerator (e.g. L4) for GPU workers.")
+    notes.extend(spec.engine.plan_notes())
     try:
         chosen = worker_instance_type(accelerator, spec.compute.worker_instance_type,
                                       gpus=spec.engine.gpus_per_worker)
@@ -588,7 +586,7 @@ def _plan_workers(spec: JobSpec, gpus: int, price: Any | None,
 
 
 def _table_rate(spec: JobSpec, gpus: int, input_tokens: Figure, output_tokens: Figure) -> Figure:
-    if spec.engine.kind != "vllm" or not gpus:
+    if not engine_kind(spec.engine).planned_from_table or not gpus:
         return _unknown("the throughput table covers vLLM on GPUs only; run a pilot "
                         "(e.g. --rows 2000) and pass its output with --from-run")
     found = tokens_per_second_per_gpu(spec.engine.model, spec.engine.accelerator_type)

@@ -44,6 +44,7 @@ from toolkit.cluster.compute_table import worker_instance_type
 from toolkit.cluster.staging import PY_MODULES_DIR, stage_job, stage_toolkit
 from toolkit.errors import SpecError
 from toolkit.run.output_location import is_remote_path, output_location_warning
+from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 from toolkit.spec.redaction import redact
@@ -85,10 +86,6 @@ LOCAL_ENV_VARS: tuple[str, ...] = ("TOOLKIT_CACHE_DIR", "HF_HOME", "TOOLKIT_DEBU
 
 #: The ray-llm images are built for one Python and CUDA pair.
 RAY_LLM_IMAGE = "anyscale/ray-llm:{ray_version}-py311-cu128"
-
-#: The package extra each engine needs when the image does not already have it.
-ENGINE_EXTRAS: dict[str, str] = {"vllm": "vllm", "transformers": "local", "http": "http",
-                                 "sklearn": "local"}
 
 #: What the toolkit itself needs on any cluster whose image isn't ray-llm (Ray and
 #: pyarrow come with the cluster); the entrypoint checks them first thing.
@@ -147,10 +144,10 @@ def job_requirements(spec: JobSpec, image_uri: str | None) -> list[str]:
         wanted += [r for r in base if r.split(">")[0].split("<")[0].split("=")[0].strip()
                    in RUNTIME_REQUIREMENTS] or list(RUNTIME_REQUIREMENTS)
     if image_uri is not None and not is_ray_llm_image(image_uri):
-        wanted += _package_requirements(ENGINE_EXTRAS[spec.engine.kind])
-        for stage in spec.stages.values():
-            if stage.kind in ENGINE_EXTRAS:
-                wanted += _package_requirements(ENGINE_EXTRAS[stage.kind])
+        for _, engine in spec.model_stages:  # each kind's extra of this package
+            extra = engine_kind(engine).install_extra
+            if extra is not None:
+                wanted += _package_requirements(extra)
     if spec.data.input.startswith("hf://"):
         wanted += [r for r in _package_requirements(None) if r.startswith("datasets")] or [
             "datasets"

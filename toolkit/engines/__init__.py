@@ -1,84 +1,50 @@
-"""Inference engines. Each takes rows with ``messages`` + ``sampling_params`` and adds
-``generated_text``; which one runs is configuration (``engine.kind``), not code."""
+"""Model stages: each engine kind (``toolkit/engines/kinds/``) applies its own to a
+dataset. Which one runs is configuration (``engine.kind``), not code: the pipeline
+asks the registry (:mod:`toolkit.spec.engine_kinds`) and calls :func:`apply_engine`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from toolkit.spec.engine_kinds import engine_kind
 
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.spec.engine_kinds import EngineSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 
-def apply_engine(
-    ds: "Dataset",
-    engine: "EngineConfig",
-    multimodal: bool = False,
-    samples: "SampleProvider | None" = None,
-    options: Any = None,
-) -> "Dataset":
-    """Add the engine stage(s) for ``engine.kind`` to ``ds``.
+@dataclass(frozen=True)
+class StageInputs:
+    """What a model stage takes from its job besides its engine section.
 
-    ``samples`` resolves a ``sample:`` model (smoke runs); it travels to the engine
-    actors, which build the tiny model where they run.
+    Attributes:
+        multimodal: A generate stage whose messages carry images.
+        samples: Resolves a ``sample:`` model (smoke runs); it travels to the engine
+            actors, which build the tiny model where they run.
+        options: The job's options (a user's predictor class reads its columns there).
     """
-    if engine.task != "generate":
-        return apply_task_stage(ds, engine, samples=samples, options=options)
-    if engine.kind == "vllm":
-        from toolkit.engines.vllm_engine import apply_vllm_engine
 
-        return apply_vllm_engine(ds, engine, multimodal=multimodal, samples=samples)
-    if engine.kind == "http":
-        from toolkit.engines.http_engine import apply_http_engine
-
-        return apply_http_engine(ds, engine, multimodal=multimodal, samples=samples)
-    if multimodal:
-        from toolkit.engines.transformers_vision_engine import apply_transformers_vision_engine
-
-        return apply_transformers_vision_engine(ds, engine, samples=samples)
-    from toolkit.engines.transformers_engine import apply_transformers_engine
-
-    return apply_transformers_engine(ds, engine, samples=samples)
+    multimodal: bool = False
+    samples: "SampleProvider | None" = None
+    options: Any = None
 
 
-def check_engine_reachable(engine: "EngineConfig") -> None:
-    """Fail on the driver, before any row is read, when the engine's server is
-    unreachable (kind http; other kinds load their model in their workers).
+def apply_engine(ds: "Dataset", engine: "EngineSettings", stage: StageInputs) -> "Dataset":
+    """Add the model stage of ``engine`` (its kind's, for its task) to ``ds``."""
+    return engine_kind(engine).apply(ds, engine, stage)
+
+
+def preflight_engine(engine: "EngineSettings") -> None:
+    """Fail on the driver, before any row is read, when the engine can't work (e.g.
+    an http engine's server is unreachable); most kinds load their model in their
+    workers and have nothing to check here.
 
     Raises:
-        BackendUnavailableError: naming the URL (exit code 3).
+        ToolkitError: naming what is wrong (an unreachable server: exit code 3).
     """
-    if engine.kind == "http":
-        from toolkit.engines.http_engine import check_endpoint
-
-        check_endpoint(engine)
-
-
-def apply_task_stage(
-    ds: "Dataset", engine: "EngineConfig", samples: "SampleProvider | None" = None,
-    options: Any = None,
-) -> "Dataset":
-    """The model stage for a task other than chat generation (``engine.task``), one
-    module per kind: text (classify, embed), image-classify, tabular; vLLM through
-    Ray Data LLM's ``task_type``."""
-    if engine.task == "custom":  # the job's options say what the user's class reads
-        from toolkit.engines.python_stage import apply_python_stage
-
-        return apply_python_stage(ds, engine, options)
-    if engine.task == "tabular":
-        from toolkit.engines.tabular_stage import apply_tabular_stage
-
-        return apply_tabular_stage(ds, engine, samples=samples)
-    if engine.kind == "vllm":
-        from toolkit.engines.vllm_tasks import apply_vllm_task
-
-        return apply_vllm_task(ds, engine, samples=samples)
-    if engine.task == "image-classify":
-        from toolkit.engines.image_stage import apply_image_stage
-
-        return apply_image_stage(ds, engine, samples=samples)
-    from toolkit.engines.text_stages import apply_text_stage
-
-    return apply_text_stage(ds, engine, samples=samples)
+    check = engine_kind(engine).preflight
+    if check is not None:
+        check(engine)

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
     from ray.data.llm import Processor
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.engines.kinds.http import HttpSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 DEFAULT_MAX_RETRIES = 3
@@ -118,7 +118,7 @@ class EnvHeaderSession:
                 f"headers_from_env={self.headers_from_env!r})")
 
 
-def check_endpoint(engine: "EngineConfig", timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+def check_endpoint(engine: "HttpSettings", timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
     """On the driver: the server answers at ``{base_url}/models``, with our headers.
 
     Any HTTP answer counts as reachable (some servers have no /models), except 401
@@ -257,7 +257,7 @@ def read_response(row: dict[str, Any]) -> dict[str, Any]:
             "num_generated_tokens": usage.get("completion_tokens")}
 
 
-def served_model_name(engine: "EngineConfig", samples: "SampleProvider | None" = None) -> str:
+def served_model_name(engine: "HttpSettings", samples: "SampleProvider | None" = None) -> str:
     """The ``model`` a request names: ``engine.model``, or a sample model's local path."""
     if engine.model.startswith("sample:"):
         from toolkit.engines.model_source import resolve_model_source
@@ -266,7 +266,7 @@ def served_model_name(engine: "EngineConfig", samples: "SampleProvider | None" =
     return engine.model
 
 
-def build_http_processor(engine: "EngineConfig", samples: "SampleProvider | None" = None
+def build_http_processor(engine: "HttpSettings", samples: "SampleProvider | None" = None
                          ) -> "Processor":
     """A Ray Data LLM HTTP processor for ``engine`` (kind http); apply it with ``processor(ds)``."""
     from ray.data.llm import HttpRequestProcessorConfig, build_processor
@@ -291,7 +291,7 @@ def build_http_processor(engine: "EngineConfig", samples: "SampleProvider | None
     )
 
 
-def apply_http_engine(ds: "Dataset", engine: "EngineConfig", multimodal: bool = False,
+def apply_http_engine(ds: "Dataset", engine: "HttpSettings", multimodal: bool = False,
                       samples: "SampleProvider | None" = None) -> "Dataset":
     """``ds`` through the http engine. Messages go as they are (OpenAI's format), so
     multimodal rows (image_url parts) work when the server's model takes them."""

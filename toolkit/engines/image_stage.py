@@ -20,7 +20,7 @@ from toolkit.spec.row_contract import TASK_CONTRACTS
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.spec.engine_kinds import EngineSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 _IMAGENET_MEAN, _IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -73,7 +73,7 @@ class ImageClassifier(ModelStage):
                 for i, s in zip(ids.tolist(), scores.tolist())]
 
 
-def apply_image_stage(ds: "Dataset", engine: "EngineConfig",
+def apply_image_stage(ds: "Dataset", engine: "EngineSettings",
                       samples: "SampleProvider | None" = None) -> "Dataset":
     return ds.map_batches(
         ImageClassifier,

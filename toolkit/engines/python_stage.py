@@ -23,7 +23,7 @@ from toolkit.spec.row_contract import object_column, plain
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.spec.engine_kinds import EngineSettings
 
 
 def load_predictor_class(reference: str) -> type:
@@ -86,7 +86,7 @@ class PredictorStage(ModelStage):
                 for i in range(len(rows))]
 
 
-def apply_python_stage(ds: "Dataset", engine: "EngineConfig", options: Any) -> "Dataset":
+def apply_python_stage(ds: "Dataset", engine: "EngineSettings", options: Any) -> "Dataset":
     import sys
 
     from ray import cloudpickle

@@ -28,7 +28,7 @@ from toolkit.spec.sample_sources import sample_name
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.spec.engine_kinds import EngineSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 #: The file a model directory holds (what the sample and ``joblib.dump`` examples write).
@@ -96,7 +96,7 @@ def predict_tabular(batch: dict[str, np.ndarray], model: Any) -> dict[str, np.nd
     return run_model_on_batch(batch, _CONTRACT.inputs, tuple(_CONTRACT.outputs), predict)
 
 
-def apply_tabular_stage(ds: "Dataset", engine: "EngineConfig",
+def apply_tabular_stage(ds: "Dataset", engine: "EngineSettings",
                         samples: "SampleProvider | None" = None) -> "Dataset":
     _, tasks = engine.pool_size
     return ds.map_batches(

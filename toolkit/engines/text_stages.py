@@ -21,7 +21,7 @@ from toolkit.spec.row_contract import TASK_CONTRACTS
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.spec.engine_kinds import EngineSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 
@@ -90,7 +90,7 @@ class TextEncoder(ModelStage):
         return [{"embedding": vector.tolist()} for vector in pooled]
 
 
-def apply_text_stage(ds: "Dataset", engine: "EngineConfig",
+def apply_text_stage(ds: "Dataset", engine: "EngineSettings",
                      samples: "SampleProvider | None" = None) -> "Dataset":
     udf = TextClassifier if engine.task == "classify" else TextEncoder
     return ds.map_batches(

@@ -44,7 +44,7 @@ from toolkit.spec.row_contract import (
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.spec.engine_kinds import EngineSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 
@@ -396,7 +396,7 @@ def _row_budget_criterion(budgets: Sequence[int], prompt_len: int) -> Any:
 
 def apply_transformers_engine(
     ds: "Dataset",
-    engine: "EngineConfig",
+    engine: "EngineSettings",
     udf: type = TransformersChatEngine,
     samples: "SampleProvider | None" = None,
 ) -> "Dataset":

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from ray.data import Dataset
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.spec.engine_kinds import EngineSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 __all__ = [
@@ -165,7 +165,7 @@ class TransformersVisionEngine(TransformersChatEngine):
 
 
 def apply_transformers_vision_engine(
-    ds: "Dataset", engine: "EngineConfig", samples: "SampleProvider | None" = None
+    ds: "Dataset", engine: "EngineSettings", samples: "SampleProvider | None" = None
 ) -> "Dataset":
     """Run ``TransformersVisionEngine`` over ``ds`` on ``engine.concurrency`` actors."""
     return apply_transformers_engine(ds, engine, udf=TransformersVisionEngine, samples=samples)

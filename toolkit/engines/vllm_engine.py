@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.model_source import resolve_model_source
-from toolkit.spec.models import CPU_KV_CACHE_GIB
+from toolkit.engines.kinds.vllm import CPU_BACKEND_STAGE_CPUS, CPU_KV_CACHE_GIB, VllmSettings
 
 logger = logging.getLogger(__name__)
 
@@ -20,12 +20,11 @@ if TYPE_CHECKING:
     from ray.data import Dataset
     from ray.data.llm import Processor
 
-    from toolkit.spec.models import EngineConfig
     from toolkit.spec.sample_sources import SampleProvider
 
 
 def build_vllm_processor(
-    engine: "EngineConfig", multimodal: bool = False, samples: "SampleProvider | None" = None
+    engine: VllmSettings, multimodal: bool = False, samples: "SampleProvider | None" = None
 ) -> "Processor":
     """A Ray Data LLM processor for ``engine``; apply it with ``processor(ds)``.
 
@@ -63,7 +62,7 @@ def build_vllm_processor(
 
 
 def vllm_engine_settings(
-    engine: "EngineConfig", samples: "SampleProvider | None" = None
+    engine: VllmSettings, samples: "SampleProvider | None" = None
 ) -> dict[str, Any]:
     """``vLLMEngineProcessorConfig`` arguments for the engine stage itself, the same
     for every task (chat generation, embed, classify); the stages around it differ."""
@@ -71,10 +70,10 @@ def vllm_engine_settings(
     bundle: dict[str, float] = {"CPU": engine.num_cpus}
     engine_kwargs = dict(engine.engine_kwargs)
     model_source = resolve_model_source(engine.model, samples)
-    if engine.kv_cache_gib is not None or engine.runs_vllm_on_cpu:
+    if engine.kv_cache_gib is not None or engine.runs_on_cpu:
         engine_kwargs["kv_cache_memory_bytes"] = int(
             (engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
-    if engine.runs_vllm_on_cpu:
+    if engine.runs_on_cpu:
         engine_kwargs.update(cpu_backend_defaults(model_source, engine_kwargs))
     else:
         bundle["GPU"] = 1
@@ -129,25 +128,18 @@ def checkpoint_dtype(model_source: str) -> str | None:
     return dtype if isinstance(dtype, str) else None
 
 
-#: CPUs each of Ray Data LLM's CPU stages (chat template, tokenize, detokenize) asks
-#: for beside a vLLM engine on CPU. They are light; at Ray's default of one CPU each
-#: they and the engine's own bundle need more CPUs than a small machine has, and the
-#: run waits for resources forever.
-CPU_BACKEND_STAGE_CPUS = 0.25
-
-
-def cpu_stage_settings(engine: "EngineConfig") -> dict[str, Any]:
+def cpu_stage_settings(engine: VllmSettings) -> dict[str, Any]:
     """Ray Data LLM's CPU stages: autoscaling from 1 to the engine's upper end; a
     fraction of a CPU each when the engine itself runs on CPUs."""
     settings: dict[str, Any] = {"concurrency": (1, engine.pool_size[1])}
-    if engine.runs_vllm_on_cpu:
+    if engine.runs_on_cpu:
         settings["num_cpus"] = CPU_BACKEND_STAGE_CPUS
     return settings
 
 
 def apply_vllm_engine(
     ds: "Dataset",
-    engine: "EngineConfig",
+    engine: VllmSettings,
     multimodal: bool = False,
     samples: "SampleProvider | None" = None,
 ) -> "Dataset":

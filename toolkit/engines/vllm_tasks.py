@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
     from ray.data.llm import Processor
 
-    from toolkit.spec.models import EngineConfig
+    from toolkit.engines.kinds.vllm import VllmSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 #: What Ray Data LLM's vLLM stage calls its pooling output.
@@ -43,7 +43,7 @@ _ENGINE_COLUMNS = (VLLM_EMBEDDINGS_COLUMN, PROMPT_COLUMN, "tokenized_prompt", "p
                    "prompt_logprobs", "time_taken_llm", "params", "request_id", "batch_uuid")
 
 
-def build_vllm_task_processor(engine: "EngineConfig",
+def build_vllm_task_processor(engine: "VllmSettings",
                               samples: "SampleProvider | None" = None) -> "Processor":
     """A Ray Data LLM processor running ``engine.task`` (embed or classify) on vLLM."""
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
@@ -97,7 +97,7 @@ def vllm_task_outputs(batch: dict[str, np.ndarray], task: str,
     return batch
 
 
-def apply_vllm_task(ds: "Dataset", engine: "EngineConfig",
+def apply_vllm_task(ds: "Dataset", engine: "VllmSettings",
                     samples: "SampleProvider | None" = None) -> "Dataset":
     processor = build_vllm_task_processor(engine, samples)
     labels = model_labels(resolve_model_source(engine.model, samples)) \

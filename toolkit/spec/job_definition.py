@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar
 
-from toolkit.spec.models import JobSpec, StrictModel
+from toolkit.spec.models import MAIN_STAGE, JobSpec, StrictModel
 from toolkit.spec.stages import StageDefinition
 
 OptionsT = TypeVar("OptionsT")
@@ -90,8 +90,19 @@ class JobDefinition(Generic[OptionsT]):
 
     def __post_init__(self) -> None:
         names = [stage.name for stage in self.stages]
-        if len(set(names)) != len(names):
-            raise ValueError(f"job {self.name}: stage names must differ, got {names}")
+        if len(set(names)) != len(names) or MAIN_STAGE in names:
+            raise ValueError(f"job {self.name}: stage names must differ from each other "
+                             f"and from {MAIN_STAGE!r}, got {names}")
+
+    @property
+    def stage_list(self) -> tuple[StageDefinition[OptionsT], ...]:
+        """Every model stage in the order rows go through them: :attr:`stages`, then the
+        main one (named ``engine``, from the job's own hooks)."""
+        main = StageDefinition(
+            name=MAIN_STAGE, preprocess=self.preprocess, postprocess=self.postprocess,
+            result_columns=self.result_columns, structured_output=self.structured_output,
+            required_columns=self.required_columns, multimodal=self.multimodal)
+        return (*self.stages, main)
 
 
 __all__ = ["JobDefinition", "JobSpec", "StageDefinition", "StrictModel", "spec_options"]

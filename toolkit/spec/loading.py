@@ -19,6 +19,7 @@ from toolkit.errors import SpecError
 from toolkit.spec.bounded_yaml import YamlTooLarge, load_bounded
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.engine_kinds import other_kinds_settings
 from toolkit.spec.redaction import redact
 from toolkit.spec.stages import stage_section_problems
 
@@ -45,7 +46,6 @@ SMOKE_OVERRIDES: dict[str, Any] = {
     "engine.concurrency": 1,
     "engine.batch_size": 64,
     "engine.num_cpus": 1,
-    "engine.max_concurrent_batches": None,  # vLLM only
     "data.partitions": None,
 }
 
@@ -218,14 +218,13 @@ def check_user_classes(job: JobDefinition[Any], spec: JobSpec) -> None:
 
     from toolkit.spec.user_classes import check_user_class
 
-    sections = [("engine", spec.engine), *((f"stages.{n}", s) for n, s in spec.stages.items())]
     module = sys.modules.get(job.preprocess.__module__)
     if module is not None and module.__name__.startswith("toolkit."):
         module = None  # the toolkit's own job code (a predictor or prompt job), not the user's
     projects = [Path.cwd(), *([job.source_dir] if job.source_dir is not None else [])]
-    for field, engine in sections:
-        if engine.kind == "python":
-            check_user_class(engine.model, f"{field}.model", projects=projects,
+    for field, engine in spec.model_stages:
+        if engine.user_class is not None:
+            check_user_class(engine.user_class, f"{field}.model", projects=projects,
                              job_module=module)
 
 
@@ -268,6 +267,12 @@ def load_job_spec(
         for dotted, value in {**SMOKE_OVERRIDES, **smoke_stage_overrides(job),
                               **job.smoke_overrides}.items():
             set_dotted(data, dotted, value)
+        # Another engine now: settings only the one before takes (vLLM's kv_cache_gib,
+        # ...) go with it.
+        for section in (data.get("engine"), *(data.get("stages") or {}).values()):
+            if isinstance(section, dict):
+                for key in other_kinds_settings(section):
+                    del section[key]
     for dotted, value in (overrides or {}).items():
         if value is not None:
             set_dotted(data, dotted, value)

@@ -73,6 +73,11 @@ class TaskContract:
         self.outputs = outputs
 
     @property
+    def chat(self) -> bool:
+        """Reads chat messages (and each row's sampling params): text generation."""
+        return MESSAGES_COLUMN in self.inputs
+
+    @property
     def main_output(self) -> str:
         return next(iter(self.outputs))
 
