@@ -95,7 +95,7 @@ def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
     workers = spec.engine.concurrency
     gpus = spec.engine.gpus_per_worker
     gpu_workers = sum(e.concurrency * e.gpus_per_worker
-                      for e in (*spec.stages.values(), spec.engine))
+                      for _, e in spec.model_stages)
     inputs, outputs = token_totals.get(INPUT_TOKENS_COLUMN), token_totals.get(OUTPUT_TOKENS_COLUMN)
     tokens_per_second = None
     if inputs is not None and outputs is not None and seconds > 0 and not resumed:
@@ -115,7 +115,7 @@ def stage_summaries(spec: "JobSpec") -> list[StageSummary]:
     """Each model stage's engine section, earlier stages first; [] for a one-stage job."""
     if not spec.stages:
         return []
-    named = [*((f"stages.{name}", e) for name, e in spec.stages.items()), ("engine", spec.engine)]
+    named = spec.model_stages
     return [StageSummary(
         name=name, task=e.task, kind=e.kind, model=e.model, workers=e.concurrency,
         min_workers=e.pool_size[0], batch_size=e.batch_size, num_cpus=e.num_cpus,
@@ -159,8 +159,7 @@ def summarize_output(
     id_column = spec.data.id_column
     options = job.options_of(spec)
     # A multi-stage job's earlier stages' results first, as in the output.
-    result_columns = [*(c for stage in job.stages for c in stage.result_columns(options)),
-                      *job.result_columns(options)]
+    result_columns = [c for stage in job.stage_list for c in stage.result_columns(options)]
     errors = dataset.to_table(columns=[id_column, ERROR_COLUMN])
     failed = pc.is_valid(errors[ERROR_COLUMN])
     rows_written = errors.num_rows
