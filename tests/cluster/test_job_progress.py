@@ -22,8 +22,6 @@ from click.testing import CliRunner, Result
 from toolkit.cli.main import main
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
 from toolkit.cluster.job_progress import (
-    OutputRows,
-    Progress,
     ProgressWatcher,
     format_progress_line,
     job_progress,
@@ -33,6 +31,8 @@ from toolkit.cluster.job_progress import (
 )
 from toolkit.cluster.watching import Clock
 from toolkit.errors import JobStalledError
+from toolkit.run.progress_model import Progress
+from toolkit.run.progress_sources import OutputRows
 from toolkit.run.run_directory import RunDirectory
 from toolkit.run.summary import RunSummary
 from toolkit.spec.catalog import load_job
@@ -73,18 +73,19 @@ class RunningBackend(WatchOnlyBackend):
 class GrowingRunDirectory:
     """A real run directory (manifest of a 5,000-row run) the test adds result files to."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, **overrides: str) -> None:
         self.root = root
         job = load_job("text-industry")
-        spec = load_job_spec(job, smoke=True, overrides={"data.output": str(root),
-                                                         "data.rows": "5000"})
+        self.spec = load_job_spec(job, smoke=True, overrides={
+            "data.output": str(root), "data.rows": "5000", **overrides})
         self.run_dir = RunDirectory(str(root))
-        self.run_dir.prepare(spec, overwrite=False, resumable=True)
+        self.run_dir.prepare(self.spec, overwrite=False, resumable=True)
         self.write_id = self.run_dir.begin_write()
         self.files = 0
 
-    def add(self, rows: int) -> None:
-        table = pa.table({"Index": list(range(rows)), "error": [None] * rows})
+    def add(self, rows: int, errors: int = 0) -> None:
+        table = pa.table({"Index": list(range(rows)),
+                          "error": [None] * (rows - errors) + ["preprocess: empty"] * errors})
         pq.write_table(table, self.root / f"part-{self.write_id}_x_{self.files:06d}-0.parquet")
         self.files += 1
 
@@ -139,7 +140,8 @@ def test_status_of_a_running_job_reads_the_run_directory(tmp_path: Path) -> None
     info = RunningBackend(str(out.root)).status("j")
     progress = job_progress(info, now=STARTED + timedelta(seconds=50))
     # 1,000 rows in 50 s since the job started: 20 rows/s, 4,000 rows left.
-    assert progress == Progress(1000, 5000, 20.0, 200.0, source="output")
+    assert progress == Progress(1000, 5000, 20.0, 200.0, source="output", error_rows=0,
+                                elapsed_seconds=50.0)
     assert progress.describe() == "1,000 / 5,000 rows (20%), 20.0 rows/s, ETA 3m 20s"
 
 
@@ -160,6 +162,60 @@ def test_finished_job_rows_done_are_the_rows_written() -> None:
     assert job_progress(info, summary=summary).as_json() == {
         "rows_done": 200, "rows_total": 200, "rows_per_second": 20.0, "eta_seconds": 0.0,
         "source": "summary"}
+
+
+def test_one_progress_model_from_a_run_directory_to_both_displays(tmp_path: Path) -> None:
+    """A local run and a watched job read the same run directory into the same
+    Progress, with the row total from the same function; every display takes it."""
+    import toolkit.cluster.job_progress as cluster_progress
+    from toolkit.run.progress import format_progress
+    from toolkit.run.progress_model import ProgressReporter
+    from toolkit.run.progress_sources import WrittenRows, expected_rows
+
+    assert cluster_progress.Progress is Progress  # one class, from the run layer
+    out = GrowingRunDirectory(tmp_path / "out")
+    now = [0.0]
+    local = ProgressReporter(WrittenRows(out.run_dir, "parquet"),
+                             total=lambda: expected_rows(out.spec), clock=lambda: now[0])
+    local.poll()
+    out.add(1000, errors=3)
+    now[0] = 50.0
+    run = local.poll()
+    watched = job_progress(RunningBackend(str(out.root)).status("j"),
+                           now=STARTED + timedelta(seconds=50))
+    assert type(run) is type(watched) is Progress
+    assert run == watched == Progress(
+        1000, 5000, 20.0, 200.0, source="output", error_rows=3, elapsed_seconds=50.0)
+    line = "Progress: 1,000/5,000 rows (20%), 20.0 rows/s, ETA 3m 20s, 3 errors, 50s elapsed"
+    assert format_progress(run, interactive=False) == line  # toolkit run's plain line
+    assert format_progress(watched, interactive=False) == line
+    assert run.describe() == watched.describe() == (  # toolkit status / --follow
+        "1,000 / 5,000 rows (20%), 20.0 rows/s, ETA 3m 20s")
+    assert format_progress_line(watched.rows_done, watched.rows_total,
+                                watched.rows_per_second) == (  # the entrypoint's log line
+        "progress: rows_done=1000 rows_total=5000 rows_per_second=20.0")
+
+
+def test_the_row_total_is_one_function_for_local_runs_and_watchers(tmp_path: Path) -> None:
+    """expected_rows takes the spec or a manifest's JSON of it: a sample input's default
+    (once known only to watchers) and a Parquet input's footers (once only to local runs)."""
+    from toolkit.run.progress_sources import expected_rows
+    from toolkit.samples.provider import SAMPLES
+
+    sample = GrowingRunDirectory(tmp_path / "sample", **{"data.rows": "all"})
+    assert expected_rows(sample.spec) is None  # sample defaults are injected, not known
+    assert expected_rows(sample.spec, SAMPLES.default_rows) == 1000
+    assert OutputRows(str(sample.root), SAMPLES.default_rows).read().rows_total == 1000
+
+    pq.write_table(pa.table({"Index": list(range(30))}), tmp_path / "in.parquet")
+    parquet = GrowingRunDirectory(tmp_path / "parquet", **{
+        "data.rows": "all", "data.input": str(tmp_path / "in.parquet"), "data.format": "auto"})
+    manifest = parquet.run_dir.read_manifest().spec
+    assert expected_rows(parquet.spec) == expected_rows(manifest) == 30
+    assert OutputRows(str(parquet.root)).read().rows_total == 30
+    # A relative input is relative to the job's working dir on the cluster: not read here.
+    relative = {**manifest, "data": {**manifest["data"], "input": "in.parquet"}}
+    assert expected_rows(relative, inputs_here=False) is None
 
 
 def follow_growing_then_stalled(tmp_path: Path, **kwargs):

@@ -13,16 +13,13 @@ import pytest
 
 from toolkit.run.progress import (
     LogWatcher,
-    Progress,
     ProgressDisplay,
-    ProgressReporter,
-    WrittenRows,
-    expected_rows,
-    format_duration,
     format_progress,
     plain_interval,
     reporting,
 )
+from toolkit.run.progress_model import Progress, ProgressReporter, format_duration
+from toolkit.run.progress_sources import WrittenRows, expected_rows
 from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 from toolkit.spec.catalog import load_job
 from toolkit.spec.loading import load_job_spec
@@ -55,33 +52,33 @@ def spec(output: Path, **overrides):
 # -- formatting ------------------------------------------------------------------------
 
 def progress(**fields) -> Progress:
-    values = dict(rows_done=150, rows_total=300, error_rows=2, elapsed_s=21.4,
-                  rows_per_s=12.34, eta_s=12.2)
+    values = dict(rows_done=150, rows_total=300, error_rows=2, elapsed_seconds=21.4,
+                  rows_per_second=12.34, eta_seconds=12.2)
     return Progress(**{**values, **fields})
 
 
 def test_plain_line_says_rows_of_total_rate_eta_and_errors():
     assert format_progress(progress(), interactive=False) == (
         "Progress: 150/300 rows (50%), 12.3 rows/s, ETA 12s, 2 errors, 21s elapsed")
-    assert format_progress(progress(rows_total=None, eta_s=None, error_rows=1),
+    assert format_progress(progress(rows_total=None, eta_seconds=None, error_rows=1),
                            interactive=False) == (
         "Progress: 150/? rows, 12.3 rows/s, 1 error, 21s elapsed")
-    assert format_progress(progress(rows_done=300, eta_s=0.0, finished=True),
+    assert format_progress(progress(rows_done=300, eta_seconds=0.0, finished=True),
                            interactive=False) == (
         "Done: 300/300 rows (100%), 12.3 rows/s, 2 errors, 21s elapsed")
-    assert format_progress(progress(rows_done=0, rows_per_s=0.0, eta_s=None),
+    assert format_progress(progress(rows_done=0, rows_per_second=0.0, eta_seconds=None),
                            interactive=False) == (
         "Progress: 0/300 rows (0%), 0.0 rows/s, ETA ?, 2 errors, 21s elapsed")
 
 
 def test_live_line_has_a_bar_and_fits_the_terminal():
     line = format_progress(progress(rows_done=1_500, rows_total=3_000, error_rows=0,
-                                    elapsed_s=3725, eta_s=3725), interactive=True, width=100)
+                                    elapsed_seconds=3725, eta_seconds=3725), interactive=True, width=100)
     assert line == ("[###############---------------]  1,500/3,000 rows  50%  12.3 rows/s  "
                     "ETA 1h 02m  0 errors  1:02:05")
     narrow = format_progress(progress(), interactive=True, width=40)
     assert len(narrow) <= 39 and narrow.startswith("150/300 rows")
-    unknown = format_progress(progress(rows_total=None, eta_s=None), interactive=True, width=100)
+    unknown = format_progress(progress(rows_total=None, eta_seconds=None), interactive=True, width=100)
     assert unknown.startswith("[??????????????????????????????]  150/? rows  12.3 rows/s  2 errors")
 
 
@@ -101,18 +98,18 @@ def test_reporter_measures_rate_and_eta_on_its_clock():
     clock, counts = FakeClock(), Counts()
     reporter = ProgressReporter(counts, total=1000, clock=clock)
     first = reporter.poll()
-    assert (first.rows_done, first.rows_total, first.rows_per_s, first.eta_s) == (0, 1000, 0.0, None)
+    assert (first.rows_done, first.rows_total, first.rows_per_second, first.eta_seconds) == (0, 1000, 0.0, None)
 
     clock.now += 20
     counts.rows, counts.errors = 250, 3
     later = reporter.poll()
-    assert (later.rows_done, later.error_rows, later.elapsed_s) == (250, 3, 20)
-    assert later.rows_per_s == 12.5 and later.eta_s == 60.0
+    assert (later.rows_done, later.error_rows, later.elapsed_seconds) == (250, 3, 20)
+    assert later.rows_per_second == 12.5 and later.eta_seconds == 60.0
 
     clock.now += 40
     counts.rows = 990  # the input had fewer rows than --rows: the end says what was written
     done = reporter.poll(finished=True)
-    assert (done.rows_done, done.rows_total, done.eta_s, done.finished) == (990, 990, 0.0, True)
+    assert (done.rows_done, done.rows_total, done.eta_seconds, done.finished) == (990, 990, 0.0, True)
 
 
 def test_a_resumed_run_counts_its_rate_from_the_rows_it_wrote():
@@ -121,7 +118,7 @@ def test_a_resumed_run_counts_its_rate_from_the_rows_it_wrote():
     assert reporter.poll().rows_done == 600
     clock.now += 10
     counts.rows = 700
-    assert reporter.poll().rows_per_s == 10.0
+    assert reporter.poll().rows_per_second == 10.0
 
 
 def test_total_is_computed_once_and_dropped_when_exceeded():
@@ -133,6 +130,16 @@ def test_total_is_computed_once_and_dropped_when_exceeded():
     assert calls == [1]
     counts.rows = 120  # more rows than expected: the estimate was wrong, not the files
     assert reporter.poll().rows_total is None
+
+
+def test_an_unknown_total_is_asked_again_until_known():
+    # An OpenAI batch file's requests are counted once staged, after progress began.
+    staged: list[int] = []
+    reporter = ProgressReporter(Counts(), total=lambda: staged[0] if staged else None,
+                                clock=FakeClock())
+    assert reporter.poll().rows_total is None
+    staged.append(7)
+    assert reporter.poll().rows_total == 7
 
 
 def test_reporting_polls_in_the_background_and_ends_with_a_finished_look():
@@ -215,10 +222,10 @@ def test_the_log_file_belongs_to_the_run_directory(tmp_path):
 def test_live_display_redraws_one_line_and_prints_messages_above_it():
     stream = io.StringIO()
     display = ProgressDisplay(stream, interactive=True, width=lambda: 200)
-    display.show(progress(rows_done=0, eta_s=None))
+    display.show(progress(rows_done=0, eta_seconds=None))
     display.show(progress())
     display.message("Warning: something")
-    display.show(progress(rows_done=300, eta_s=0.0, finished=True))
+    display.show(progress(rows_done=300, eta_seconds=0.0, finished=True))
     text = stream.getvalue()
     assert text.count("\n") == 2  # the message and the end of the finished line
     assert "\r\x1b[KWarning: something\n" in text

@@ -59,12 +59,12 @@ def _report_progress(spec: Any) -> Callable[[], None]:
     """Print ``progress: rows_done=... rows_total=... rows_per_second=...`` every
     30 s while the run goes, for watchers that can't read its output directly
     (``toolkit status``/``--follow`` parse it). Returns the function that stops it."""
-    from toolkit.cluster.job_progress import report_progress, rows_total_of
-    from toolkit.samples.provider import DEFAULT_SAMPLE_IMAGES, DEFAULT_SAMPLE_ROWS
+    from toolkit.cluster.job_progress import report_progress
+    from toolkit.run.progress_sources import expected_rows
+    from toolkit.samples.provider import SAMPLES
 
-    defaults = {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES}
     return report_progress(spec.data.output,
-                           rows_total_of(spec.model_dump(mode="json"), defaults))
+                           lambda: expected_rows(spec, SAMPLES.default_rows))
 
 
 def main(argv: list[str] | None = None) -> None:

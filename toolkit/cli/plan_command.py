@@ -18,9 +18,9 @@ from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_
 
 def sample_rows() -> dict[str, int]:
     """Default rows of each ``sample:`` input (what a run of it without --rows makes)."""
-    from toolkit.samples.provider import DEFAULT_SAMPLE_IMAGES, DEFAULT_SAMPLE_ROWS
+    from toolkit.samples.provider import SAMPLES
 
-    return {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES}
+    return dict(SAMPLES.default_rows)
 
 
 def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:

@@ -1,12 +1,14 @@
 """How far a submitted job has got: rows written, rows/s, ETA, and stalls.
 
-Progress is read from what the job writes, never from Ray's internals:
+A job's progress is the run layer's one model,
+:class:`~toolkit.run.progress_model.Progress`, read from what the job writes,
+never from Ray's internals:
 
-- **the run directory** (``JobInfo.output``, recorded at submit): rows done are
-  the rows in the toolkit's result files so far, counted from their Parquet
-  footers (a file still being written has no footer yet and is skipped; a
-  complete file's count is remembered), and rows total is the manifest spec's
-  ``data.rows`` (for a ``sample:`` input without rows, the provider's default);
+- **the run directory** (``JobInfo.output``, recorded at submit), through
+  :class:`~toolkit.run.progress_sources.OutputRows`: rows done are the rows in the
+  toolkit's result files so far, and rows total comes from the manifest's spec
+  (:func:`~toolkit.run.progress_sources.expected_rows`, the same function a local
+  run uses; for a ``sample:`` input without rows, the provider's default);
 - **the job's log**, when the run directory can't be read from here (a relative
   path on a remote cluster, a bucket without credentials): the cluster
   entrypoint prints a :func:`format_progress_line` every
@@ -25,23 +27,28 @@ Nothing here imports Ray; everything that waits takes a :class:`Clock`.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import re
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
 from toolkit.cluster.watching import DEFAULT_TIMEOUT_S, REAL_CLOCK, Clock, follow
 from toolkit.errors import JobStalledError
-from toolkit.run.progress import WrittenRows, format_duration
+from toolkit.run.progress_model import (
+    Progress,
+    ProgressReporter,
+    RateWindow,
+    eta_seconds,
+    format_duration,
+    polling,
+    rows_per_second,
+)
+from toolkit.run.progress_sources import OutputRows, WrittenRows
 
 if TYPE_CHECKING:
-    from toolkit.run.run_directory import RunDirectory
     from toolkit.run.summary import RunSummary
 
 #: ``--stall-timeout`` default: no new row for this long is worth a warning.
@@ -62,67 +69,6 @@ _LINE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Progress:
-    """A job's progress; ``None`` where it is unknown.
-
-    ``source`` says where it was read: ``"output"`` (the run directory),
-    ``"log"`` (the job's own progress lines) or ``"summary"`` (a finished run's
-    ``_summary.json``).
-    """
-
-    rows_done: int | None = None
-    rows_total: int | None = None
-    rows_per_second: float | None = None
-    eta_seconds: float | None = None
-    source: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "rows_done": self.rows_done,
-            "rows_total": self.rows_total,
-            "rows_per_second": self.rows_per_second,
-            "eta_seconds": self.eta_seconds,
-            "source": self.source,
-        }
-
-    def describe(self) -> str:
-        """``4,500 / 20,000 rows (22%), 75.2 rows/s, ETA 3m 26s``."""
-        if self.rows_done is None:
-            return "no rows counted yet"
-        parts = [f"{self.rows_done:,} rows"]
-        if self.rows_total:
-            share = min(100, math.floor(100 * self.rows_done / self.rows_total))
-            parts = [f"{self.rows_done:,} / {self.rows_total:,} rows ({share}%)"]
-        if self.rows_per_second is not None:
-            parts.append(f"{self.rows_per_second:,.1f} rows/s")
-        if self.eta_seconds is not None:
-            parts.append(f"ETA {format_duration(self.eta_seconds)}")
-        return ", ".join(parts)
-
-
-def eta_seconds(rows_done: int, rows_total: int | None,
-                rows_per_second: float | None) -> float | None:
-    """Seconds left at ``rows_per_second``; None without a total or a positive rate."""
-    if rows_total is None or not rows_per_second or rows_per_second <= 0:
-        return None
-    return round(max(0, rows_total - rows_done) / rows_per_second, 1)
-
-
-def rows_total_of(spec: Mapping[str, Any],
-                  sample_rows: Mapping[str, int] | None = None) -> int | None:
-    """The rows a run was asked for: ``data.rows``; for a ``sample:NAME`` input without
-    rows, ``sample_rows[NAME]`` (the provider's default); else None (all of a file)."""
-    data = spec.get("data") or {}
-    rows = data.get("rows")
-    if isinstance(rows, int) and rows > 0:
-        return rows
-    source = str(data.get("input") or "")
-    if source.startswith("sample:"):
-        return (sample_rows or {}).get(source[len("sample:"):])
-    return None
-
-
 # --- reading the run directory ------------------------------------------------------
 
 
@@ -132,52 +78,6 @@ def readable_from_here(output: str | None) -> bool:
     if not output:
         return False
     return "://" in output or output.startswith("/")
-
-
-@dataclass(frozen=True)
-class RowsWritten:
-    """What the run directory says: rows in complete result files, and the rows asked for."""
-
-    rows_done: int
-    rows_total: int | None
-
-
-class OutputRows:
-    """Counts the rows a job has written so far, from its run directory.
-
-    Each complete result file is counted once (from its Parquet footer) and
-    remembered; a file that can't be read yet (still being written) is skipped
-    and tried again next time.
-    """
-
-    def __init__(self, output: str, sample_rows: Mapping[str, int] | None = None,
-                 run_dir: "RunDirectory | None" = None) -> None:
-        self.output = output
-        self.sample_rows = dict(sample_rows or {})
-        self._run_dir = run_dir
-        self._counter: WrittenRows | None = None
-
-    def read(self) -> RowsWritten | None:
-        """Rows written so far, or None when there is no readable manifest there."""
-        try:
-            run_dir = self._open()
-            manifest = run_dir.read_manifest()
-            if manifest is None:
-                return None
-            if self._counter is None:
-                file_format = (manifest.spec.get("data") or {}).get("output_format", "parquet")
-                self._counter = WrittenRows(run_dir, file_format)
-            done, _ = self._counter()
-        except Exception:  # noqa: BLE001 - unreachable storage just means "can't tell from here"
-            return None
-        return RowsWritten(done, rows_total_of(manifest.spec, self.sample_rows))
-
-    def _open(self) -> "RunDirectory":
-        if self._run_dir is None:
-            from toolkit.run.run_directory import RunDirectory
-
-            self._run_dir = RunDirectory(self.output)
-        return self._run_dir
 
 
 # --- the job's own progress lines ---------------------------------------------------
@@ -205,62 +105,32 @@ def parse_progress_line(log_text: str) -> Progress | None:
     return Progress(done, total, rate, eta_seconds(done, total, rate), source="log")
 
 
-class RateWindow:
-    """Rows/s over the samples of the last ``window_s`` seconds."""
-
-    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
-        self.window_s = window_s
-        self._samples: deque[tuple[float, int]] = deque()
-
-    def add(self, when: float, rows: int) -> None:
-        self._samples.append((when, rows))
-        # Keep one sample at or before the window's start, so the window is full.
-        while len(self._samples) > 2 and self._samples[1][0] <= when - self.window_s:
-            self._samples.popleft()
-
-    def rate(self) -> float | None:
-        if len(self._samples) < 2:
-            return None
-        (t0, r0), (t1, r1) = self._samples[0], self._samples[-1]
-        return round((r1 - r0) / (t1 - t0), 2) if t1 > t0 else None
-
-
-def report_progress(output: str, rows_total: int | None, *, interval_s: float = LOG_INTERVAL_S,
+def report_progress(output: str, rows_total: int | None | Callable[[], int | None], *,
+                    interval_s: float = LOG_INTERVAL_S,
                     emit: Callable[[str], None] | None = None,
                     clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:
     """Print a progress line for the run directory ``output`` at once and then every
     ``interval_s``, from a daemon thread (the cluster entrypoint's fallback for
     watchers that can't read the output; the first line gives them the total before
-    any row is written). Returns ``stop()``, which ends the thread."""
+    any row is written). Rows/s is over the last :data:`RATE_WINDOW_S`.
+
+    Args:
+        rows_total: Rows expected, or a function computing it in the thread
+            (:func:`~toolkit.run.progress_sources.expected_rows`).
+
+    Returns:
+        ``stop()``, which ends the thread.
+    """
     emit = emit or (lambda line: print(line, flush=True))
-    stopped = threading.Event()
-    counter = OutputRows(output)
-    window = RateWindow()
+    reporter = ProgressReporter(WrittenRows(output), total=rows_total, clock=clock,
+                                window_s=RATE_WINDOW_S)
 
-    def report(measure_rate: bool) -> None:
-        try:
-            written = counter.read()
-            done = written.rows_done if written else 0
-            if measure_rate:
-                window.add(clock(), done)
-            emit(format_progress_line(done, rows_total, window.rate() if measure_rate else None))
-        except Exception:  # noqa: BLE001 - progress lines must never break a run
-            pass
+    def look() -> None:
+        progress = reporter.poll()
+        emit(format_progress_line(progress.rows_done or 0, progress.rows_total,
+                                  progress.rows_per_second))
 
-    def loop() -> None:
-        report(measure_rate=False)
-        while not stopped.wait(interval_s):
-            report(measure_rate=True)
-
-    window.add(clock(), 0)
-    thread = threading.Thread(target=loop, name="toolkit-progress", daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        stopped.set()
-        thread.join(timeout=5)
-
-    return stop
+    return polling(look, interval_s, join_timeout_s=5.0)
 
 
 # --- one look: toolkit status -------------------------------------------------------
@@ -293,27 +163,31 @@ def job_progress(
     window does not). Once the job has ended, rows done are the rows written (from
     the summary or the result files), or unknown when neither can be read here.
     """
-    finished = info.status.is_terminal()
+    ended = info.status.is_terminal()
+    succeeded = info.status == JobStatus.SUCCEEDED
     if summary is not None:
         return Progress(summary.rows_written, summary.rows_in, summary.rows_per_second,
-                        0.0 if info.status == JobStatus.SUCCEEDED else None, source="summary")
+                        0.0 if succeeded else None, source="summary",
+                        error_rows=summary.error_rows, elapsed_seconds=summary.seconds,
+                        finished=succeeded)
     if counter is None and readable_from_here(info.output):
         counter = OutputRows(info.output or "", sample_rows)
     written = counter.read() if counter is not None else None
-    if written is None:
+    if written is None or written.rows_done is None:
         # A finished job's last progress line may be up to LOG_INTERVAL_S old: unknown
         # beats a rows_done that isn't the rows written.
-        logged = parse_progress_line(logs()) if logs is not None and not finished else None
+        logged = parse_progress_line(logs()) if logs is not None and not ended else None
         return logged or Progress()
-    rate = None
+    elapsed = rate = None
     if info.start_time is not None:
         until = info.end_time or now or datetime.now(timezone.utc)
         elapsed = (until - info.start_time).total_seconds()
-        rate = round(written.rows_done / elapsed, 2) if elapsed > 0 else None
-    eta = None if finished else eta_seconds(written.rows_done, written.rows_total, rate)
-    if info.status == JobStatus.SUCCEEDED:
+        rate = rows_per_second(written.rows_done, elapsed)
+    eta = None if ended else eta_seconds(written.rows_done, written.rows_total, rate)
+    if succeeded:
         eta = 0.0
-    return Progress(written.rows_done, written.rows_total, rate, eta, source="output")
+    return dataclasses.replace(written, rows_per_second=rate, eta_seconds=eta,
+                               elapsed_seconds=elapsed, finished=succeeded)
 
 
 # --- following: toolkit submit/logs --follow ----------------------------------------
@@ -389,9 +263,9 @@ class ProgressWatcher:
         rate = self.window.rate()
         if rate is None:
             rate = progress.rows_per_second
-        self.latest = Progress(progress.rows_done, progress.rows_total, rate,
-                               eta_seconds(progress.rows_done, progress.rows_total, rate),
-                               source=progress.source)
+        self.latest = dataclasses.replace(
+            progress, rows_per_second=rate,
+            eta_seconds=eta_seconds(progress.rows_done, progress.rows_total, rate))
         if self._reported_at is None or now - self._reported_at >= self.report_interval_s:
             self._reported_at = now
             self.on_progress(self.latest)
@@ -421,9 +295,7 @@ def progress_reader(backend: Backend, job_id: str, output: str | None,
 
     def read() -> Progress | None:
         written = counter.read() if counter is not None else None
-        if written is not None:
-            return Progress(written.rows_done, written.rows_total, source="output")
-        return parse_progress_line(backend.logs(job_id))
+        return written if written is not None else parse_progress_line(backend.logs(job_id))
 
     return read
 

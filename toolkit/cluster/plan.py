@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cluster.compute_table import worker_instance_type
-from toolkit.cluster.job_progress import format_duration
 from toolkit.cluster.price_table import PRICES_AS_OF, instance_price
 from toolkit.cluster.throughput_table import tokens_per_second_per_gpu
 from toolkit.errors import SpecError
+from toolkit.run.progress_model import format_duration
 from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import SAMPLE_PREFIX, DataConfig, JobSpec

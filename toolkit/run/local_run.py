@@ -12,15 +12,9 @@ from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enable
 from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.run.ray_output import output_to, ray_data_quiet
-from toolkit.run.progress import (
-    LIVE_INTERVAL_S,
-    LogWatcher,
-    Progress,
-    ProgressReporter,
-    WrittenRows,
-    expected_rows,
-    reporting,
-)
+from toolkit.run.progress import LIVE_INTERVAL_S, LogWatcher, reporting
+from toolkit.run.progress_model import Progress, ProgressReporter
+from toolkit.run.progress_sources import WrittenRows, expected_rows
 from toolkit.run.summary import RunSummary
 from toolkit.spec.models import JobSpec
 from toolkit.spec.sample_sources import SampleProvider
@@ -57,7 +51,7 @@ def run_job(
             fds 1 and 2 lands there: write to a :func:`~toolkit.run.ray_output.terminal`
             stream instead. A
             Ray started here is shut down at the end, so its exit lines go there too.
-        on_progress: Called with the run's :class:`~toolkit.run.progress.Progress`
+        on_progress: Called with the run's :class:`~toolkit.run.progress_model.Progress`
             every ``progress_interval_s`` and once when it finished, from a
             background thread.
         on_notice: Called (from that thread) with what a user must know that Ray
@@ -115,8 +109,10 @@ def run_job(
                         on_notice(notice)
             progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             if on_progress is not None and state is not RunState.COMPLETE:
-                reporter = ProgressReporter(WrittenRows(run_dir, spec.data.output_format),
-                                            total=lambda: expected_rows(spec))
+                sample_rows = samples.default_rows if samples is not None else None
+                reporter = ProgressReporter(
+                    WrittenRows(run_dir, spec.data.output_format),
+                    total=lambda: expected_rows(spec, sample_rows, run_dir=run_dir))
                 progress = reporting(reporter, on_progress, progress_interval_s,
                                      LogWatcher(log_file) if log_file else None, on_notice)
             with ray_data_quiet(log_file is not None), progress:

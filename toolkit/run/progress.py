@@ -1,24 +1,14 @@
-"""A run's progress as the user sees it: rows done of total, rows/s, ETA, error rows.
+"""A local run's progress as the user sees it, on top of the one progress model.
 
-Where the figures come from: the run directory's result files, polled from the
-driver. They are what the summary counts at the end, so progress and summary can
-never disagree, and reading them costs little: a Parquet file's footer holds its
-row count and, in the ``error`` column's statistics, its null count, so a file is
-counted without reading its data, once (counts are cached by file size and mtime).
-Nothing runs in Ray's workers and nothing reads Ray's internals.
-
-The other candidate, counting rows in our postprocess stage, would need an actor
-(a whole extra worker process) for the counts to reach the driver, and would be no
-finer: postprocess sees a block only once the engine has finished all of it, and
-the block's file is written by the same task a moment later. Either way progress
-moves a block at a time (``--partitions`` makes blocks smaller).
-
-:class:`ProgressReporter` turns counts into :class:`Progress` with an injected
-clock; :func:`format_progress` renders it (a live bar or a plain line) and
-:class:`ProgressDisplay` keeps that line on a terminal; :func:`reporting` polls in
-a background thread. :class:`LogWatcher` spots, in the run's log, the Ray messages
-a user must hear about (out of memory, a worker that died) and says them in our
-words.
+The model (:class:`~toolkit.run.progress_model.Progress`, rows/s, ETA) is in
+:mod:`toolkit.run.progress_model`; the counts come from the run directory's result
+files (:mod:`toolkit.run.progress_sources`). Here: :func:`format_progress` renders
+a :class:`Progress` (a live bar or a plain line) and :class:`ProgressDisplay`
+keeps that line on a terminal; :func:`reporting` polls in a background thread
+(:func:`~toolkit.run.progress_model.polling`, the same helper the cluster
+entrypoint's progress lines use). :class:`LogWatcher` spots, in the run's log, the
+Ray messages a user must hear about (out of memory, a worker that died) and says
+them in our words.
 
 Example:
     >>> reporter = ProgressReporter(WrittenRows(run_dir, "parquet"), total=1000)  # doctest: +SKIP
@@ -34,16 +24,15 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import TextIO
 
-from toolkit.run.input_data import HF_PREFIX, input_format
-from toolkit.run.run_directory import RESULT_FILE_PREFIX, RunDirectory
-from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
-from toolkit.spec.row_contract import ERROR_COLUMN
-
-if TYPE_CHECKING:
-    import pyarrow.parquet as pq
+from toolkit.run.progress_model import (
+    Clock,
+    Progress,
+    ProgressReporter,
+    format_duration,
+    polling,
+)
 
 #: Seconds between progress lines when stderr is not a terminal (CI logs, pipes);
 #: the environment variable of this name overrides it (tests use a short one).
@@ -52,202 +41,8 @@ PLAIN_INTERVAL_S = 10.0
 #: Seconds between redraws of the live bar on a terminal.
 LIVE_INTERVAL_S = 1.0
 
-Clock = Callable[[], float]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """One look at a run.
-
-    Attributes:
-        rows_done: Rows in the output, with a result or an error (a resumed run's
-            earlier rows included).
-        rows_total: Rows the run will write, where known in advance.
-        error_rows: Rows written with an error so far.
-        elapsed_s: Seconds since the run started.
-        rows_per_s: Rows this run wrote per second of its elapsed time.
-        eta_s: Seconds left at that rate, where the total is known and rows came.
-        finished: The run wrote its last row.
-    """
-
-    rows_done: int
-    rows_total: int | None
-    error_rows: int
-    elapsed_s: float
-    rows_per_s: float
-    eta_s: float | None
-    finished: bool = False
-
-
-class RowCounter(Protocol):
-    def __call__(self) -> tuple[int, int]:
-        """(rows, error rows) written so far."""
-        ...
-
-
-class WrittenRows:
-    """Counts rows and error rows in a run directory's result files.
-
-    A file still being written (no Parquet footer yet) is skipped until it is
-    complete; a CSV/JSON file is recounted while it grows.
-    """
-
-    def __init__(self, run_dir: RunDirectory, file_format: str) -> None:
-        self.run_dir = run_dir
-        self.file_format = file_format
-        self._counted: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
-
-    def __call__(self) -> tuple[int, int]:
-        import pyarrow.fs
-
-        manifest = self.run_dir.read_manifest()
-        if manifest is None:  # not written yet, or being rewritten right now
-            return self._totals(set(self._counted))
-        selector = pyarrow.fs.FileSelector(self.run_dir.root, allow_not_found=True)
-        present = set()
-        for info in self.run_dir.fs.get_file_info(selector):
-            name = info.base_name
-            if (info.type != pyarrow.fs.FileType.File or not name.startswith(RESULT_FILE_PREFIX)
-                    or not manifest.owns(name)):
-                continue
-            present.add(info.path)
-            stamp = (info.size or 0, info.mtime_ns or 0)
-            known = self._counted.get(info.path)
-            if known is not None and known[0] == stamp:
-                continue
-            counts = self._count_file(info.path)
-            if counts is not None:
-                self._counted[info.path] = (stamp, counts)
-        return self._totals(present)
-
-    def _totals(self, paths: set[str]) -> tuple[int, int]:
-        counts = [self._counted[p][1] for p in paths if p in self._counted]
-        return sum(c[0] for c in counts), sum(c[1] for c in counts)
-
-    def _count_file(self, path: str) -> tuple[int, int] | None:
-        try:
-            with self.run_dir.fs.open_input_file(path) as stream:
-                if self.file_format == "parquet":
-                    import pyarrow.parquet as pq
-
-                    return _parquet_counts(pq.ParquetFile(stream))
-                table = _read_text_table(stream, self.file_format)
-        except Exception:  # noqa: BLE001 - a file mid-write; counted on a later poll
-            return None
-        errors = table.column(ERROR_COLUMN).null_count if ERROR_COLUMN in table.column_names \
-            else table.num_rows
-        return table.num_rows, table.num_rows - errors
-
-
-def _parquet_counts(file: "pq.ParquetFile") -> tuple[int, int]:
-    """(rows, error rows) from the footer: row count and the error column's null count."""
-    meta = file.metadata
-    paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
-    if ERROR_COLUMN not in paths:
-        return meta.num_rows, 0
-    column = paths.index(ERROR_COLUMN)
-    nulls = 0
-    for group in range(meta.num_row_groups):
-        stats = meta.row_group(group).column(column).statistics
-        if stats is None or not stats.has_null_count:  # a writer without statistics
-            errors = file.read(columns=[ERROR_COLUMN]).column(0)
-            return meta.num_rows, len(errors) - errors.null_count
-        nulls += stats.null_count
-    return meta.num_rows, meta.num_rows - nulls
-
-
-def _read_text_table(stream: object, file_format: str) -> object:
-    if file_format == "csv":
-        import pyarrow.csv as pacsv
-
-        return pacsv.read_csv(stream, convert_options=pacsv.ConvertOptions(
-            include_columns=[ERROR_COLUMN], strings_can_be_null=True))
-    import pyarrow.json as pajson
-
-    return pajson.read_json(stream)
-
-
-def expected_rows(spec: JobSpec) -> int | None:
-    """Rows the run will write, where that is known before it runs: ``data.rows``,
-    or a Parquet input's row count (from its footers). None otherwise (CSV/JSON
-    inputs, streamed datasets, samples without ``--rows``). An OpenAI batch file's
-    requests are counted once it is staged (before Ray starts)."""
-    data = spec.data
-    if data.format == "openai-batch":
-        from toolkit.run.openai_batch import staged_request_count
-
-        return staged_request_count(RunDirectory(data.output))
-    if data.rows is not None:
-        return data.rows
-    if data.input.startswith((SAMPLE_PREFIX, HF_PREFIX)):
-        return None
-    try:
-        if input_format(data) != "parquet":
-            return None
-        import pyarrow.dataset as pads
-
-        source = data.input if "://" in data.input else os.path.expanduser(data.input)
-        return int(pads.dataset(source, format="parquet").count_rows())
-    except Exception:  # noqa: BLE001 - unknown is fine: the bar shows "?"
-        return None
-
-
-class ProgressReporter:
-    """Turns written-row counts into :class:`Progress`; time comes from ``clock``."""
-
-    def __init__(
-        self,
-        count_rows: RowCounter,
-        total: int | None | Callable[[], int | None] = None,
-        clock: Clock = time.monotonic,
-    ) -> None:
-        """
-        Args:
-            count_rows: (rows, error rows) written so far, e.g. :class:`WrittenRows`.
-            total: Rows expected, or a function computing it on the first poll
-                (it may read Parquet footers, so it runs in the polling thread).
-            clock: Monotonic seconds; the run's elapsed time starts at construction.
-        """
-        self._count_rows = count_rows
-        self._total = total
-        self._clock = clock
-        self._started = clock()
-        self._rows_before: int | None = None
-
-    def poll(self, finished: bool = False) -> Progress:
-        """Count now. ``finished``: the run completed, so what is written is the total."""
-        if callable(self._total):
-            self._total = self._total()
-        done, errors = self._count_rows()
-        if self._rows_before is None:  # a resumed run starts with rows already written
-            self._rows_before = done
-        elapsed = max(0.0, self._clock() - self._started)
-        rate = (done - self._rows_before) / elapsed if elapsed > 0 else 0.0
-        total = self._total
-        if finished:
-            total = done  # every row read is written once, with its result or an error
-        elif total is not None and done > total:
-            total = None  # more than expected: the estimate was wrong, not the files
-        eta = None
-        if finished:
-            eta = 0.0
-        elif total is not None and rate > 0:
-            eta = (total - done) / rate
-        return Progress(rows_done=done, rows_total=total, error_rows=errors,
-                        elapsed_s=elapsed, rows_per_s=rate, eta_s=eta, finished=finished)
-
 
 # -- rendering -----------------------------------------------------------------------
-
-def format_duration(seconds: float) -> str:
-    """``42s``, ``3m 05s``, ``2h 07m``."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-
 
 def format_progress(progress: Progress, interactive: bool, width: int = 80) -> str:
     """The progress line: a live bar for a terminal, a plain sentence otherwise.
@@ -257,25 +52,29 @@ def format_progress(progress: Progress, interactive: bool, width: int = 80) -> s
         ``Progress: 150/300 rows (50%), 12.3 rows/s, ETA 12s, 0 errors, 21s elapsed``
     """
     p = progress
+    done = p.rows_done or 0
     total = f"{p.rows_total:,}" if p.rows_total is not None else "?"
-    fraction = (p.rows_done / p.rows_total if p.rows_total else
+    fraction = (done / p.rows_total if p.rows_total else
                 1.0 if p.rows_total == 0 else None)
     percent = f"{100 * fraction:.0f}%" if fraction is not None else None
     eta = None
     if not p.finished and p.rows_total is not None:
-        eta = f"ETA {format_duration(p.eta_s)}" if p.eta_s is not None else "ETA ?"
-    errors = f"{p.error_rows:,} error{'' if p.error_rows == 1 else 's'}"
-    rate = f"{p.rows_per_s:,.1f} rows/s"
+        eta = f"ETA {format_duration(p.eta_seconds)}" if p.eta_seconds is not None else "ETA ?"
+    errors = (f"{p.error_rows:,} error{'' if p.error_rows == 1 else 's'}"
+              if p.error_rows is not None else None)
+    rate = f"{p.rows_per_second:,.1f} rows/s" if p.rows_per_second is not None else "? rows/s"
     if not interactive:
-        parts = [f"{p.rows_done:,}/{total} rows" + (f" ({percent})" if percent else ""),
-                 rate, *([eta] if eta else []), errors,
-                 f"{format_duration(p.elapsed_s)} elapsed"]
+        parts = [f"{done:,}/{total} rows" + (f" ({percent})" if percent else ""),
+                 rate, *([eta] if eta else []), *([errors] if errors else []),
+                 *([f"{format_duration(p.elapsed_seconds)} elapsed"]
+                   if p.elapsed_seconds is not None else [])]
         return ("Done: " if p.finished else "Progress: ") + ", ".join(parts)
-    minutes, secs = divmod(int(p.elapsed_s), 60)
-    clock = f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else \
-        f"{minutes}:{secs:02d}"
-    parts = [f"{p.rows_done:,}/{total} rows", *([percent] if percent else []), rate,
-             *([eta] if eta else []), errors, clock]
+    parts = [f"{done:,}/{total} rows", *([percent] if percent else []), rate,
+             *([eta] if eta else []), *([errors] if errors else [])]
+    if p.elapsed_seconds is not None:
+        minutes, secs = divmod(int(p.elapsed_seconds), 60)
+        parts.append(f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else
+                     f"{minutes}:{secs:02d}")
     text = "  ".join(parts)
     bar_width = min(30, width - len(text) - 4)
     if bar_width >= 10:
@@ -431,7 +230,6 @@ def reporting(
     When the block completes, one last poll reports the run ``finished``; when it
     raises, polling just stops. Callbacks run in the polling thread.
     """
-    stop = threading.Event()
 
     def look(finished: bool = False) -> None:
         if log is not None and on_notice is not None:
@@ -439,22 +237,11 @@ def reporting(
                 on_notice(notice)
         on_progress(reporter.poll(finished=finished))
 
-    def loop() -> None:
-        while True:
-            try:
-                look()
-            except Exception:  # noqa: BLE001 - progress must never break a run
-                pass
-            if stop.wait(interval_s):
-                return
-
-    thread = threading.Thread(target=loop, name="toolkit-progress", daemon=True)
-    thread.start()
+    stop = polling(look, interval_s)
     try:
         yield
     finally:
-        stop.set()
-        thread.join(timeout=30)
+        stop()
     try:
         look(finished=True)
     except Exception:  # noqa: BLE001 - the run succeeded; its summary counts the rows

@@ -28,6 +28,8 @@ class BuiltinSamples:
 
     input_names = ("customers", "images", "reviews", "accounts")
     model_names = ("tiny-chat", "tiny-vision", *TASK_MODELS)
+    default_rows = {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES,
+                    "reviews": DEFAULT_SAMPLE_ROWS, "accounts": DEFAULT_SAMPLE_ROWS}
 
     def open_input(self, name: str, rows: int | None, seed: int,
                    partitions: int | None) -> "Dataset":

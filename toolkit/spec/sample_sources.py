@@ -10,6 +10,7 @@ neither the pipeline nor the engines nor any job imports the samples package.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from toolkit.errors import SpecError
@@ -24,6 +25,8 @@ class SampleProvider(Protocol):
 
     input_names: tuple[str, ...]
     model_names: tuple[str, ...]
+    #: Rows each input makes when ``data.rows`` is unset (a run's expected rows).
+    default_rows: Mapping[str, int]
 
     def open_input(self, name: str, rows: int | None, seed: int,
                    partitions: int | None) -> "Dataset":
