@@ -56,6 +56,17 @@ def wait_for_rows(out: Path, proc: subprocess.Popen, at_least: int, timeout: flo
         time.sleep(0.3)
 
 
+def settled_row_count(out: Path, id_column: str, quiet_s: float = 3.0) -> int:
+    """Distinct ids written, once no file has come for ``quiet_s``: a write task of the
+    killed run can still be finishing its file a moment after the driver is gone."""
+    counts = [len(set(output_ids(out, id_column)))]
+    while len(counts) < quiet_s or len(set(counts[-int(quiet_s):])) > 1:
+        time.sleep(1)
+        counts.append(len(set(output_ids(out, id_column))))
+        assert len(counts) < 60, f"files kept coming after the kill: {counts}"
+    return counts[-1]
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the run and everything it started (its own local Ray included)."""
     try:
@@ -102,7 +113,7 @@ def test_a_killed_driver_resumes_with_only_the_remaining_rows(tmp_path, job, id_
         wait_for_rows(out, proc, at_least=rows // 2)
     finally:
         kill_group(proc)
-    before = len(set(output_ids(out, id_column)))
+    before = settled_row_count(out, id_column)
     assert 0 < before < rows
 
     rerun = toolkit_run(out, job=job, rows=rows)
