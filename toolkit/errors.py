@@ -17,13 +17,14 @@ code meaning
 
 Tracebacks are shown only with ``TOOLKIT_DEBUG=1``. Messages never show a credential
 in a URL (:func:`toolkit.spec.redaction.redact`).
+
+These are plain exceptions, so the library works without click: only the CLI
+(:mod:`toolkit.cli.errors`) turns them into click's, with the same exit codes.
 """
 
 from __future__ import annotations
 
 import os
-
-import click
 
 from toolkit.spec.redaction import redact
 
@@ -32,17 +33,26 @@ def debug_enabled() -> bool:
     return os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0", "false", "no")
 
 
-class ToolkitError(click.ClickException):
-    """Base class: a message saying what went wrong and a hint saying what to do."""
+class ToolkitError(Exception):
+    """Base class: a message saying what went wrong and a hint saying what to do.
+
+    ``str(error)`` is the message; :meth:`format_message` adds the hint, as the CLI
+    shows it after ``Error:``.
+    """
 
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         # Redacted here, so str(error), logs and the CLI never show a URL's credentials.
-        super().__init__(redact(message))
+        self.message = redact(message)
         self.hint = redact(hint)
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
 
     def format_message(self) -> str:
+        """The message, then ``Hint: ...`` on its own line when there is a hint."""
         if self.hint:
             return f"{self.message}\nHint: {self.hint}"
         return self.message

@@ -14,26 +14,35 @@ from typing import Any
 import click
 
 from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
+from toolkit.cli.errors import to_click
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 from toolkit.errors import ToolkitError, debug_enabled
 
 class ToolkitGroup(click.Group):
-    """Turns unexpected exceptions into one paragraph (tracebacks with TOOLKIT_DEBUG=1)."""
+    """Shows the library's errors as click's (``Error:``, ``Hint:``, their exit code) and
+    turns unexpected exceptions into one paragraph (tracebacks with TOOLKIT_DEBUG=1).
+
+    Every subcommand, nested groups' included, runs inside this ``invoke``, so this
+    is the one place where errors are converted.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
+        except ToolkitError as exc:
+            # Expected failures: the message and hint say it all, even with TOOLKIT_DEBUG=1.
+            raise to_click(exc) from exc
         except Exception as exc:
             if debug_enabled():
                 raise
             from toolkit.run.local_run import root_cause
 
-            raise ToolkitError(
+            raise to_click(ToolkitError(
                 f"Unexpected error: {root_cause(exc)}",
                 hint="Rerun with TOOLKIT_DEBUG=1 to see the traceback.",
-            ) from None
+            )) from None
 
 
 @click.group(cls=ToolkitGroup, context_settings={"help_option_names": ["-h", "--help"]})

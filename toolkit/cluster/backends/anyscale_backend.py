@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import click
+import click  # only to catch the ClickExceptions that anyscale itself raises
 
 from toolkit.cluster.backends.base import (
     JobHandle,
