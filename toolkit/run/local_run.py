@@ -67,7 +67,7 @@ def run_job(
     from toolkit.engines import preflight_engine
     from toolkit.run.input_checks import check_written_columns
     from toolkit.run.input_data import HF_PREFIX
-    from toolkit.run.openai_batch import is_openai_batch, stage_requests
+    from toolkit.run.run_formats import run_format
     from toolkit.run.pipeline import run_pipeline
     from toolkit.run.ray_connection import connect_ray, ray_target
     from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
@@ -91,8 +91,8 @@ def run_job(
         run_dir.claim(RUN_LOG_FILE)  # the manifest records it before it is made
     for _, engine in spec.model_stages:
         preflight_engine(engine)  # e.g. an http engine's server, before Ray starts
-    if is_openai_batch(spec.data) and state is not RunState.COMPLETE:
-        stage_requests(spec, run_dir)  # a bad request file fails here too, before Ray starts
+    if state is not RunState.COMPLETE:
+        run_format(spec.data).stage(spec, run_dir)  # a bad file fails here, before Ray starts
     with output_to(log_file, job.name):
         connection = connect_ray(address, output=spec.data.output, dashboard=dashboard)
         try:

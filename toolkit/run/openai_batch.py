@@ -13,6 +13,10 @@ with ``request_error`` set (id ``line-N``), which the job writes as an error row
 request order, in the Batch API's output format (the line shapes are
 :mod:`toolkit.spec.openai_batch`). The run directory owns that file
 (``--overwrite`` replaces it; it is never "someone else's file").
+
+Both are this format's steps of a run (:class:`OpenAIBatchFormat`, registered for
+``data.format: openai-batch``); the run layer calls them through
+:mod:`toolkit.run.run_formats` as it does for every format.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import InputDataError
-from toolkit.run.run_directory import BATCH_OUTPUT_FILE, STAGED_INPUT_DIR, RunDirectory
-from toolkit.spec.models import DataConfig, JobSpec
+from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
+from toolkit.run.run_formats import RunFormat, register_format
+from toolkit.spec.models import JobSpec
 from toolkit.spec.openai_batch import (
     ID_COLUMN,
     LINE_COLUMN,
@@ -40,13 +45,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 OPENAI_BATCH_FORMAT = "openai-batch"
+#: The Batch API output file, in the run directory once the run is complete.
+BATCH_OUTPUT_FILE = "_batch_output.jsonl"
 #: Rows per staged file (one Ray Data block each) unless data.partitions says.
 ROWS_PER_BLOCK = 256
 _SHOWN = 5
-
-
-def is_openai_batch(data: DataConfig) -> bool:
-    return data.format == OPENAI_BATCH_FORMAT
 
 
 def _open_lines(source: str) -> Iterator[tuple[int, str]]:
@@ -243,3 +246,27 @@ def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) ->
     shown = f"{spec.data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}"
     return (f"Batch API output: {shown} ({lines:,} lines, one per "
             "request, matched by custom_id).")
+
+
+class OpenAIBatchFormat(RunFormat):
+    """An OpenAI Batch API request file in, the Batch API output file out."""
+
+    files = (BATCH_OUTPUT_FILE,)
+    stages_rows = True
+
+    def stage(self, spec: JobSpec, run_dir: RunDirectory) -> None:
+        stage_requests(spec, run_dir)
+
+    def open(self, spec: JobSpec, run_dir: RunDirectory) -> "Any":
+        # Scanned and staged once: ids checked, bad lines kept as error rows.
+        stage_requests(spec, run_dir)
+        return read_staged_requests(run_dir)
+
+    def staged_rows(self, run_dir: RunDirectory) -> int | None:
+        return staged_request_count(run_dir)
+
+    def finish(self, spec: JobSpec, run_dir: RunDirectory) -> str | None:
+        return write_batch_output(run_dir, spec)
+
+
+register_format(OPENAI_BATCH_FORMAT, OpenAIBatchFormat())

@@ -26,8 +26,8 @@ from toolkit.run.model_stages import (
     clashing_result_columns,
     prepare_stage_rows,
 )
-from toolkit.run.openai_batch import is_openai_batch, write_batch_output
 from toolkit.run.run_directory import RunDirectory, RunState
+from toolkit.run.run_formats import run_format
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.task_rows import prepare_task_row
 from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
@@ -358,8 +358,10 @@ def run_pipeline(
     # Rows this run wrote, counted from the files' own metadata.
     rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
     notes = [source.note] if source.note else []
-    if is_openai_batch(spec.data):  # before the summary: a summary means it is there
-        notes.append(write_batch_output(run_dir, spec))
+    # Before the summary: a summary means the run's files are all there.
+    finished_note = run_format(spec.data).finish(spec, run_dir)
+    if finished_note:
+        notes.append(finished_note)
     if state is RunState.PARTIAL:
         notes.append(f"Resumed: {rows_before:,} rows were already written by an earlier run.")
     summary = summarize_output(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.run.input_data import HF_PREFIX, input_format
 from toolkit.run.progress_model import Progress
 from toolkit.run.run_directory import RESULT_FILE_PREFIX, RunDirectory
+from toolkit.run.run_formats import run_format
 from toolkit.spec.models import DataConfig, JobSpec
 from toolkit.spec.row_contract import ERROR_COLUMN
 from toolkit.spec.sample_sources import sample_name
@@ -62,11 +63,10 @@ def expected_rows(
     data = _data_config(spec)
     if data is None:
         return None
-    if data.format == "openai-batch":
-        from toolkit.run.openai_batch import staged_request_count
-
+    behaviour = run_format(data)
+    if behaviour.stages_rows:
         try:
-            return staged_request_count(run_dir or RunDirectory(data.output))
+            return behaviour.staged_rows(run_dir or RunDirectory(data.output))
         except Exception:  # noqa: BLE001 - unknown is fine: progress shows "?"
             return None
     if data.rows is not None:

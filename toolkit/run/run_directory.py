@@ -15,12 +15,12 @@ Parquet/Arrow readers skip them:
 - ``_summary.json``: written when a run completes;
 - ``_logs/run.log``: Ray's and the engine's own output during ``toolkit run``
   (the terminal shows only the toolkit's progress), appended to by each run;
-- ``_batch_output.jsonl``: for an OpenAI Batch API request file (``data.format:
-  openai-batch``), the Batch API output file, written once the run is complete.
+- a format's own files (:attr:`toolkit.run.run_formats.RunFormat.files`, e.g. the
+  Batch API output file of an OpenAI batch run), written once the run is complete.
 
 Ownership goes by the manifest, not by names: the manifest lists the write ids and,
 in ``made``, each bookkeeping path the toolkit makes here (``_checkpoint``, ``_input``,
-``_logs/run.log``, ``_summary.json``, ``_batch_output.jsonl``), each recorded before it is
+``_logs/run.log``, ``_summary.json``, a format's files), each recorded before it is
 written. Everything else in the directory is someone else's, ``_input/precious.csv``
 and ``_logs/notes.txt`` included. The toolkit never deletes it: a directory holding
 such files is refused, with or without ``--overwrite``, and ``--overwrite``, resume and
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import SpecError
+from toolkit.run.run_formats import format_files
 from toolkit.spec.models import JobSpec
 from toolkit.spec.redaction import redact
 
@@ -53,13 +54,8 @@ LOGS_DIR = "_logs"
 RUN_LOG_FILE = f"{LOGS_DIR}/run.log"
 RESULT_FILE_PREFIX = "part-"
 _STAGED_MARKER = "_complete"
-#: The OpenAI Batch API output file of a run over an openai-batch request file.
-BATCH_OUTPUT_FILE = "_batch_output.jsonl"
-_OWN_NAMES = (MANIFEST_FILE, SUMMARY_FILE, CHECKPOINT_DIR, STAGED_INPUT_DIR, LOGS_DIR,
-              BATCH_OUTPUT_FILE)
 #: What a manifest written before ``made`` existed is taken to have made.
-_MADE_BEFORE_MADE_WAS_RECORDED = [CHECKPOINT_DIR, STAGED_INPUT_DIR, RUN_LOG_FILE, SUMMARY_FILE,
-                                  BATCH_OUTPUT_FILE]
+_MADE_BEFORE_MADE_WAS_RECORDED = [CHECKPOINT_DIR, STAGED_INPUT_DIR, RUN_LOG_FILE, SUMMARY_FILE]
 
 #: Spec fields that can't change any row's result, so a rerun that changes them
 #: still resumes (e.g. smaller batches after an out-of-memory crash). Every other
@@ -255,7 +251,7 @@ class RunDirectory:
         content = self._read_json(MANIFEST_FILE)
         if content is None:
             return None
-        content.setdefault("made", list(_MADE_BEFORE_MADE_WAS_RECORDED))
+        content.setdefault("made", [*_MADE_BEFORE_MADE_WAS_RECORDED, *format_files()])
         try:
             return Manifest(**content)
         except TypeError:
@@ -284,7 +280,7 @@ class RunDirectory:
             return []
         return [
             self._fs_path(name) for name in self.entries()
-            if manifest.owns(name) and name.split("/", 1)[0] not in _OWN_NAMES
+            if manifest.owns(name) and "/" not in name and name.startswith(RESULT_FILE_PREFIX)
         ]
 
     # -- the rules ---------------------------------------------------------------------

@@ -12,8 +12,8 @@ applies to read -> map -> write plans, so:
   would take different ones;
 - a streamed Hugging Face dataset has no such Read, so it is not resumable and
   the run says so;
-- an OpenAI Batch API request file is scanned and staged into ``_input`` too
-  (:mod:`toolkit.run.openai_batch`), whatever ``--rows`` says.
+- a format that stages its own rows (an OpenAI Batch API request file, see
+  :mod:`toolkit.run.run_formats`) is read from what it staged, whatever ``--rows`` says.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from toolkit.errors import InputDataError
 from toolkit.run.input_checks import check_unique_ids, read_id_column
 from toolkit.run.input_data import HF_PREFIX, input_format, input_schema, open_input
-from toolkit.run.openai_batch import is_openai_batch, read_staged_requests, stage_requests
+from toolkit.run.run_formats import run_format
 from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 from toolkit.spec.sample_sources import SampleProvider, require_sample
@@ -72,11 +72,10 @@ def open_run_source(
         ds = samples.open_input(name, data.rows, data.seed, data.partitions)
         check_schema(input_schema(ds, data.input))
         return RunSource(ds, True)
-    if is_openai_batch(data):  # scanned and staged once: ids checked, bad lines kept
-        stage_requests(spec, run_dir)
-        ds = read_staged_requests(run_dir)
-        check_schema(input_schema(ds, data.input))
-        return RunSource(ds, True)
+    staged_by_format = run_format(data).open(spec, run_dir)
+    if staged_by_format is not None:  # its ids are checked as it stages them
+        check_schema(input_schema(staged_by_format, data.input))
+        return RunSource(staged_by_format, True)
     ds = open_input(data)
     schema = input_schema(ds, data.input)
     check_schema(schema)
