@@ -106,7 +106,7 @@ def test_a_gpu_engine_on_a_machine_without_gpus_is_refused_up_front(local_ray):
     from toolkit.spec.loading import load_job_spec
 
     job = load_job("text-industry")
-    with pytest.raises(SpecError, match="vllm, but vLLM is not installed here"):
+    with pytest.raises(SpecError, match="vllm, but its package vllm is not installed here"):
         check_runs_locally(load_job_spec(job))
     on_l4 = load_job_spec(job, overrides={"engine.kind": "transformers"})
     with pytest.raises(SpecError, match="accelerator_type: L4, but this machine's Ray has no GPU"):

@@ -64,11 +64,8 @@ def run_job(
             can't be joined (exit 3) or the run failed (exit 4), with the
             underlying cause in one paragraph.
     """
-    from toolkit.engines import preflight_engine
-    from toolkit.run.input_checks import check_written_columns
-    from toolkit.run.input_data import HF_PREFIX
-    from toolkit.run.run_formats import run_format
     from toolkit.run.pipeline import run_pipeline
+    from toolkit.run.preflight import preflight
     from toolkit.run.ray_connection import connect_ray, ray_target
     from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 
@@ -80,19 +77,12 @@ def run_job(
             hint="Run toolkit on a node of the cluster with --address HEAD:6379 (the GCS "
             "port), or let the cluster run it: toolkit submit JOB --address http://HEAD:8265.",
         )
-    check_written_columns(job, spec)  # a result column named like the id column: nothing made
-    # Refuse an unusable output directory before Ray starts. run_pipeline checks again
-    # (the cluster entrypoint relies on that), with overwrite=False: --overwrite has
-    # been done here, and doing it again would delete this run's log file.
-    run_dir = RunDirectory(spec.data.output)
-    state = run_dir.prepare(
-        spec, overwrite=overwrite, resumable=not spec.data.input.startswith(HF_PREFIX))
-    if log_file is not None and log_file == run_dir.log_file:
-        run_dir.claim(RUN_LOG_FILE)  # the manifest records it before it is made
-    for _, engine in spec.model_stages:
-        preflight_engine(engine)  # e.g. an http engine's server, before Ray starts
-    if state is not RunState.COMPLETE:
-        run_format(spec.data).stage(spec, run_dir)  # a bad file fails here, before Ray starts
+    # Before Ray starts: a bad spec, model, server, output directory or input file
+    # fails in a second, not after a minute of start-up.
+    ours = log_file is not None and log_file == RunDirectory(spec.data.output).log_file
+    prepared = preflight(job, spec, overwrite=overwrite, samples=samples,
+                         claim=[RUN_LOG_FILE] if ours else [])
+    run_dir, state = prepared.run_dir, prepared.state
     with output_to(log_file, job.name):
         connection = connect_ray(address, output=spec.data.output, dashboard=dashboard)
         try:
@@ -116,8 +106,8 @@ def run_job(
                 progress = reporting(reporter, on_progress, progress_interval_s,
                                      LogWatcher(log_file) if log_file else None, on_notice)
             with ray_data_quiet(log_file is not None), progress:
-                return run_pipeline(job, spec, overwrite=False, samples=samples,
-                                    log_file=log_file)
+                return run_pipeline(job, spec, samples=samples, log_file=log_file,
+                                    prepared=prepared)
         except ToolkitError:
             raise
         except Exception as exc:
@@ -158,7 +148,8 @@ def check_runs_locally(spec: JobSpec) -> None:
                    if importlib.util.find_spec(module) is None]
         if missing:
             raise SpecError(
-                f"{field}.kind: {kind.name}, but {', '.join(missing)} "
+                f"{field}.kind: {kind.name}, but its package"
+                f"{' ' if len(missing) == 1 else 's '}{', '.join(missing)} "
                 f"{'is' if len(missing) == 1 else 'are'} not installed here.",
                 hint=kind.missing_hint or None,
             )

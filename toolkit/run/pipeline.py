@@ -16,23 +16,20 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit.engines import StageInputs, apply_engine, preflight_engine
-from toolkit.engines.model_source import check_model_source
-from toolkit.errors import SpecError
+from toolkit.engines import StageInputs, apply_engine
 from toolkit.run.input_checks import check_written_columns
-from toolkit.run.input_data import HF_PREFIX, check_required_columns
+from toolkit.run.input_data import check_required_columns
 from toolkit.run.model_stages import (
     between_stages_schema,
-    clashing_result_columns,
     prepare_stage_rows,
 )
+from toolkit.run.preflight import PreparedRun, preflight
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_formats import run_format
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.task_rows import prepare_task_row
 from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
 from toolkit.spec.catalog import USER_MODULE_PREFIX
-from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, SamplingConfig
 from toolkit.spec.row_contract import (
@@ -220,17 +217,8 @@ def build_dataset(
         InputDataError: the input is unreadable or lacks a required column (this
             happens before any model loads).
     """
-    for _, engine in spec.model_stages:
-        if engine_kind(engine).loads_checkpoint:  # a file or class is checked as it loads
-            check_model_source(engine.model, samples)
-        preflight_engine(engine)  # e.g. an http server, before any row is read
     options = job.options_of(spec)
     stages = job.stage_list
-    clashes = clashing_result_columns([(stage.name, stage.result_columns(options))
-                                       for stage in stages])
-    if clashes:
-        raise SpecError(f"Job {job.name}: two model stages write the same result column: "
-                        f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
     seen: dict[str, "pa.Schema"] = {}
 
     def check(schema: "pa.Schema") -> None:
@@ -314,6 +302,7 @@ def run_pipeline(
     overwrite: bool = False,
     samples: SampleProvider | None = None,
     log_file: str | None = None,
+    prepared: PreparedRun | None = None,
 ) -> RunSummary:
     """Run ``spec`` on the connected Ray cluster and return the written-output summary.
 
@@ -327,6 +316,9 @@ def run_pipeline(
         samples: Serves ``sample:`` inputs and models (smoke runs; see
             :mod:`toolkit.spec.sample_sources`).
         log_file: Where the caller sent Ray's output, recorded in the summary.
+        prepared: What :func:`~toolkit.run.preflight.preflight` returned, when the
+            caller checked the run already (``overwrite`` is then done); else it is
+            called here.
 
     Raises:
         InputDataError: bad input, found before any model loads.
@@ -334,9 +326,9 @@ def run_pipeline(
             write, or holds another spec's results.
     """
     started = time.monotonic()
-    run_dir = RunDirectory(spec.data.output)
-    resumable = not spec.data.input.startswith(HF_PREFIX)
-    state = run_dir.prepare(spec, overwrite=overwrite, resumable=resumable)
+    if prepared is None:
+        prepared = preflight(job, spec, overwrite=overwrite, samples=samples)
+    run_dir, state, resumable = prepared.run_dir, prepared.state, prepared.resumable
     if state is RunState.COMPLETE:
         done = read_summary(spec.data.output)
         if done is not None:

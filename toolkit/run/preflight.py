@@ -1,0 +1,80 @@
+"""Everything a run checks before it starts, in one place, once.
+
+``toolkit run`` calls :func:`preflight` before Ray starts and hands what it returns to
+:func:`toolkit.run.pipeline.run_pipeline`; the cluster entrypoint lets
+``run_pipeline`` call it. Checks that touch nothing come first (result columns, each
+model stage's model and engine), then the run directory is prepared (``--overwrite``
+deletes only from here on), then the input format stages what it stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.engines import preflight_engine
+from toolkit.engines.model_source import check_model_source
+from toolkit.errors import SpecError
+from toolkit.run.input_checks import check_written_columns
+from toolkit.run.input_data import HF_PREFIX
+from toolkit.run.model_stages import clashing_result_columns
+from toolkit.run.run_directory import RunDirectory, RunState
+from toolkit.run.run_formats import run_format
+from toolkit.spec.engine_kinds import engine_kind
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import JobSpec
+from toolkit.spec.sample_sources import SampleProvider
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """What the checks found: the run directory, what this run must do there, and
+    whether the input can be resumed (a streamed Hugging Face dataset can't)."""
+
+    run_dir: RunDirectory
+    state: RunState
+    resumable: bool
+
+
+def preflight(
+    job: JobDefinition[Any],
+    spec: JobSpec,
+    *,
+    overwrite: bool = False,
+    samples: SampleProvider | None = None,
+    claim: Sequence[str] = (),
+) -> PreparedRun:
+    """Check ``spec`` for ``job`` before any row is read or any model loads.
+
+    Args:
+        overwrite: Replace what the toolkit wrote earlier in ``data.output``.
+        samples: Serves ``sample:`` models and inputs (smoke runs).
+        claim: Bookkeeping paths the caller will write into the run directory
+            (the run's log file), recorded in its manifest first.
+
+    Raises:
+        SpecError: a result column that collides, a model that can't exist, or an
+            output directory that is unusable or holds others' files.
+        BackendUnavailableError: an engine's server can't be reached.
+        InputDataError: the input format's staging found a bad file.
+    """
+    check_written_columns(job, spec)  # a result column named like the id column
+    options = job.options_of(spec)
+    clashes = clashing_result_columns([(stage.name, stage.result_columns(options))
+                                       for stage in job.stage_list])
+    if clashes:
+        raise SpecError(f"Job {job.name}: two model stages write the same result column: "
+                        f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
+    for _, engine in spec.model_stages:
+        if engine_kind(engine).loads_checkpoint:  # a file or class is checked as it loads
+            check_model_source(engine.model, samples)
+        preflight_engine(engine)  # e.g. an http engine's server
+    run_dir = RunDirectory(spec.data.output)
+    resumable = not spec.data.input.startswith(HF_PREFIX)
+    state = run_dir.prepare(spec, overwrite=overwrite, resumable=resumable)
+    for name in claim:
+        run_dir.claim(name)  # the manifest records it before it is made
+    if state is not RunState.COMPLETE:
+        run_format(spec.data).stage(spec, run_dir)
+    return PreparedRun(run_dir, state, resumable)
