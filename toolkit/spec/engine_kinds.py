@@ -35,6 +35,8 @@ from pydantic import Field, field_serializer, field_validator, model_validator
 
 from toolkit.spec.strict_model import StrictModel
 
+#: ``engine.task`` unless a section says: chat generation.
+DEFAULT_TASK = "generate"
 #: The module whose import registers the built-in engine kinds.
 BUILTIN_ENGINES_MODULE = "toolkit.engines.kinds"
 
@@ -59,10 +61,10 @@ class EngineSettings(StrictModel):
             "the same messages and give the same output."
         )
     )
-    # Left out of dumps while 'generate', so chat specs keep their hash.
+    # Left out of dumps while the default, so chat specs keep their hash.
     task: Literal["generate", "classify", "embed", "image-classify", "tabular", "custom"] = Field(
-        "generate",
-        exclude_if=lambda value: value == "generate",
+        DEFAULT_TASK,
+        exclude_if=lambda value: value == DEFAULT_TASK,
         description=(
             "What the model stage does, which fixes the columns it reads and writes: "
             "'generate' (chat messages -> generated_text), 'classify' (text -> label, "
