@@ -8,7 +8,7 @@ code meaning
 0    success (for watched jobs: the job SUCCEEDED)
 1    unexpected error
 2    invalid spec, flag or input data (nothing was started)
-3    backend or cluster unreachable, or not logged in
+3    backend or cluster unreachable, not logged in, or it can never hold the run
 4    the job FAILED
 5    the job was STOPPED
 6    a bounded wait timed out
@@ -74,6 +74,11 @@ class BackendUnavailableError(ToolkitError):
     """The cluster or service can't be reached, or credentials are missing."""
 
     exit_code = 3
+
+
+class ResourcesUnavailableError(BackendUnavailableError):
+    """The cluster can never give a model stage what it asks for (a GPU type no node
+    has, a pool larger than the cluster): the run would wait at 0 rows forever."""
 
 
 class JobFailedError(ToolkitError):

@@ -10,11 +10,13 @@ every Ray on the machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,13 +37,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="session")
-def ray_head() -> Iterator[LocalHead]:
-    for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
-        os.environ.pop(name, None)
-    temp_dir = Path(tempfile.mkdtemp(prefix="tkray-test-", dir="/tmp"))
-    head, process = start_head(temp_dir)
-    write_state(head, state_path())  # `--address local` now means this head
+@contextlib.contextmanager
+def started_head(prefix: str, **start_options: Any) -> Iterator[LocalHead]:
+    """A head of this test's own (``start_head`` options), stopped by its own processes."""
+    temp_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    head, process = start_head(temp_dir, **start_options)
     try:
         yield head
     finally:
@@ -50,3 +50,20 @@ def ray_head() -> Iterator[LocalHead]:
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not leftovers, f"Ray processes of the test head survived: {leftovers}"
 
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[LocalHead]:
+    for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        os.environ.pop(name, None)
+    with started_head("tkray-test-") as head:
+        write_state(head, state_path())  # `--address local` now means this head
+        yield head
+
+
+
+@pytest.fixture(scope="module")
+def t4_head() -> Iterator[LocalHead]:
+    """A head that declares one GPU of type T4 (Ray takes the declaration as it is)."""
+    with started_head("tkt4-", num_cpus=4, extra_args=[
+            "--num-gpus=1", '--resources={"accelerator_type:T4": 1}']) as head:
+        yield head

@@ -100,7 +100,8 @@ def test_debug_shows_the_traceback(local_ray, tmp_path, monkeypatch):
 
 
 def test_a_gpu_engine_on_a_machine_without_gpus_is_refused_up_front(local_ray):
-    from toolkit.errors import SpecError
+    from toolkit.errors import ResourcesUnavailableError, SpecError
+    from toolkit.run.cluster_fit import check_cluster_fits, cluster_state
     from toolkit.spec.catalog import load_job
     from toolkit.run.local_run import check_runs_locally
     from toolkit.spec.loading import load_job_spec
@@ -109,9 +110,14 @@ def test_a_gpu_engine_on_a_machine_without_gpus_is_refused_up_front(local_ray):
     with pytest.raises(SpecError, match="vllm, but its package vllm is not installed here"):
         check_runs_locally(load_job_spec(job))
     on_l4 = load_job_spec(job, overrides={"engine.kind": "transformers"})
-    with pytest.raises(SpecError, match="accelerator_type: L4, but this machine's Ray has no GPU"):
-        check_runs_locally(on_l4)
+    check_runs_locally(on_l4)  # its packages are here; its GPU is the cluster's question
+    with pytest.raises(ResourcesUnavailableError,
+                       match=r"engine needs 1 GPU \(L4\) and 1 CPU per worker, but no node "
+                             "of this cluster has a GPU"):
+        check_cluster_fits(on_l4, cluster_state(fixed=True))
     on_cpu = load_job_spec(job, overrides={"engine.kind": "transformers",
-                                           "engine.accelerator_type": "none"})
+                                           "engine.accelerator_type": "none",
+                                           "engine.concurrency": 1})
     assert on_cpu.engine.accelerator_type is None
     check_runs_locally(on_cpu)
+    check_cluster_fits(on_cpu, cluster_state(fixed=True))

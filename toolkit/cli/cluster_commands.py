@@ -322,9 +322,10 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
 
     Progress (rows done of rows total, rows/s since the job started, ETA) is read
     from the job's output directory when this machine can reach it, else from the
-    progress lines in its log.
+    progress lines in its log. A running job that waits for resources Ray can't
+    place shows what it waits for (its log's newest resources line).
     """
-    from toolkit.cluster.job_progress import job_progress
+    from toolkit.cluster.job_progress import job_progress, waiting_for
     from toolkit.run.summary import finished_job_summary
 
     target = _open(backend, address)
@@ -332,15 +333,19 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
     summary = finished_job_summary(info.output) if info.status.is_terminal() else None
     progress = job_progress(info, summary=summary, logs=lambda: target.logs(job_id),
                             sample_rows=sample_rows())
+    waiting = waiting_for(info, lambda: target.logs(job_id))
     if output == "json":
         payload = info.model_dump(mode="json")
         payload["progress"] = progress.as_json()
+        payload["waiting_for"] = waiting
         payload["summary"] = summary.model_dump(mode="json") if summary else None
         click.echo(json.dumps(payload, indent=2))
         return
     click.echo(format_info(info))
     if summary is None and progress.rows_done is not None:
         click.echo(f"  {'progress:':11} {progress.describe()}")
+    if waiting is not None:
+        click.echo(f"  {'resources:':11} {waiting}")
     if summary is not None:
         from toolkit.run.summary_text import format_summary
 

@@ -67,6 +67,14 @@ def _report_progress(spec: Any) -> Callable[[], None]:
                            lambda: expected_rows(spec, SAMPLES.default_rows))
 
 
+def _report_resources(notice: str) -> None:
+    """``resources: waiting for 1 GPU (L4) ...``: a line ``toolkit status`` shows
+    (:func:`~toolkit.cluster.job_progress.parse_resources_line`)."""
+    from toolkit.cluster.job_progress import format_resources_line
+
+    print(format_resources_line(notice), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Load the job and its spec, join Ray, run the pipeline, print the summary."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.cli.entrypoint",
@@ -78,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         check_packages()
+        from toolkit.run.cluster_fit import check_cluster_fits, cluster_state
         from toolkit.run.pipeline import run_pipeline
         from toolkit.run.ray_connection import connect_ray
         from toolkit.run.summary_text import format_summary
@@ -91,11 +100,13 @@ def main(argv: list[str] | None = None) -> None:
         connection = connect_ray()
         if connection.dashboard_url:
             print(f"Ray Dashboard: {connection.dashboard_url}", flush=True)
+        check_cluster_fits(spec, cluster_state())
         from toolkit.samples.provider import SAMPLES
 
         stop_progress = _report_progress(spec)
         try:
-            summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES)
+            summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES,
+                                   on_notice=_report_resources)
         finally:
             stop_progress()
     except ToolkitError as exc:

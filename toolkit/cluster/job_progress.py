@@ -133,6 +133,38 @@ def report_progress(output: str, rows_total: int | None | Callable[[], int | Non
     return polling(look, interval_s, join_timeout_s=5.0)
 
 
+_RESOURCES_PREFIX = "resources: "
+_RESOURCES_LINE = re.compile(r"^resources: (.*\S)\s*$", re.MULTILINE)
+_WAITING = "waiting for "
+
+
+def format_resources_line(notice: str) -> str:
+    """``resources: waiting for 1 GPU (L4) for engine: ...``: the line the cluster
+    entrypoint prints when Ray can't place the run's workers (and when it can again)."""
+    return _RESOURCES_PREFIX + " ".join(notice.split())
+
+
+def parse_resources_line(log_text: str) -> str | None:
+    """What the newest resources line says the job waits for; None when there is none
+    or the newest says the workers were placed after all."""
+    last = None
+    for last in _RESOURCES_LINE.finditer(log_text):
+        pass
+    if last is None or not last.group(1).startswith(_WAITING):
+        return None
+    return last.group(1)
+
+
+def waiting_for(info: JobInfo, logs: Callable[[], str]) -> str | None:
+    """What a job that hasn't ended waits for, from its log's newest resources line."""
+    if info.status.is_terminal():
+        return None
+    try:
+        return parse_resources_line(logs())
+    except Exception:  # noqa: BLE001 - a log that can't be read: status shows the rest
+        return None
+
+
 # --- one look: toolkit status -------------------------------------------------------
 
 

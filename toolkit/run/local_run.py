@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
 from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
+from toolkit.run.cluster_fit import READ_WRITE_CPUS, check_cluster_fits, cluster_state
 from toolkit.run.ray_output import output_to, ray_data_quiet
 from toolkit.run.progress import LIVE_INTERVAL_S, LogWatcher, reporting
 from toolkit.run.progress_model import Progress, ProgressReporter
@@ -97,6 +98,8 @@ def run_job(
                 for notice in notices:
                     if on_notice is not None:
                         on_notice(notice)
+            # A Ray started here never grows, whatever its monitor has reported yet.
+            check_cluster_fits(spec, cluster_state(fixed=connection.started_here))
             progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             if on_progress is not None and state is not RunState.COMPLETE:
                 sample_rows = samples.default_rows if samples is not None else None
@@ -107,7 +110,7 @@ def run_job(
                                      LogWatcher(log_file) if log_file else None, on_notice)
             with ray_data_quiet(log_file is not None), progress:
                 return run_pipeline(job, spec, samples=samples, log_file=log_file,
-                                    prepared=prepared)
+                                    prepared=prepared, on_notice=on_notice)
         except ToolkitError:
             raise
         except Exception as exc:
@@ -127,21 +130,17 @@ def run_job(
 
 
 def check_runs_locally(spec: JobSpec) -> None:
-    """Refuse, up front, what a Ray started on this machine can never run.
-
-    A cluster may add GPU nodes later (autoscaling), but a local Ray won't: a GPU
-    engine would otherwise wait for resources forever.
+    """Refuse, up front, an engine whose packages a Ray started on this machine lacks
+    (its workers run this Python). Resources are checked for every cluster
+    (:func:`~toolkit.run.cluster_fit.check_cluster_fits`).
 
     Raises:
-        SpecError: the engine needs GPUs this machine lacks, or vLLM isn't installed.
+        SpecError: an engine's package is missing, or torchvision can't be imported.
     """
     import importlib.util
 
-    import ray
-
     from toolkit.engines.torch_packages import mismatched_torch_extensions, uninstall_hint
 
-    gpus = ray.cluster_resources().get("GPU", 0)
     for field, engine in spec.model_stages:
         kind = engine_kind(engine)
         missing = [pip for module, pip in kind.packages.items()
@@ -162,18 +161,6 @@ def check_runs_locally(spec: JobSpec) -> None:
                 "beside a CPU-only torch and can't be imported.",
                 hint=uninstall_hint(mismatched),
             )
-        if engine.accelerator_type and not gpus:
-            raise SpecError(
-                f"{field}.accelerator_type: {engine.accelerator_type}, but this machine's "
-                "Ray has no GPU, so that stage would wait for one forever.",
-                hint="Set it to none to run on CPU (--accelerator none for engine, --set "
-                "stages.NAME.accelerator_type=none for a stage), or submit the job to a "
-                "GPU cluster with toolkit submit.",
-            )
-
-
-#: CPUs a local run keeps for Ray Data's reads, the job's own CPU steps and writes.
-READ_WRITE_CPUS = 1.0
 
 
 def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list[str]]:

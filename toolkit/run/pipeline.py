@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import StageInputs, apply_engine
+from toolkit.run.cluster_fit import WatchOutcome, watching_resources
 from toolkit.run.input_checks import check_written_columns
 from toolkit.run.input_data import check_required_columns
 from toolkit.run.model_stages import (
@@ -303,6 +304,7 @@ def run_pipeline(
     samples: SampleProvider | None = None,
     log_file: str | None = None,
     prepared: PreparedRun | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run ``spec`` on the connected Ray cluster and return the written-output summary.
 
@@ -319,11 +321,16 @@ def run_pipeline(
         prepared: What :func:`~toolkit.run.preflight.preflight` returned, when the
             caller checked the run already (``overwrite`` is then done); else it is
             called here.
+        on_notice: Told (from a background thread) when Ray can't place a stage's
+            workers: waiting for a node, or for resources no node has.
 
     Raises:
         InputDataError: bad input, found before any model loads.
         SpecError: the output location is unusable, holds files the toolkit didn't
             write, or holds another spec's results.
+        ResourcesUnavailableError: a stage's workers waited
+            ``compute.resource_wait_s`` for resources no node has (exit 3); the
+            rows written so far stay, and a rerun resumes.
     """
     started = time.monotonic()
     if prepared is None:
@@ -346,7 +353,14 @@ def run_pipeline(
     with checkpointing(config):
         ds, source = build_dataset(job, spec, run_dir, samples)
         write_id = run_dir.begin_write()
-        write_results(ds, run_dir, spec.data.output_format, write_id)
+        watch = WatchOutcome()
+        try:
+            with watching_resources(spec, on_notice, outcome=watch):
+                write_results(ds, run_dir, spec.data.output_format, write_id)
+        except KeyboardInterrupt:
+            if watch.stopped_with is not None:
+                raise watch.stopped_with from None
+            raise
     # Rows this run wrote, counted from the files' own metadata.
     rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
     notes = [source.note] if source.note else []

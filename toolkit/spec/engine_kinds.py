@@ -246,6 +246,23 @@ class EngineSettings(StrictModel):
         return 0.0
 
     @property
+    def worker_resources(self) -> dict[str, float]:
+        """What one engine worker asks Ray for, in Ray's resource names: its CPUs, its
+        GPUs on one node, and the GPU type as Ray's ``accelerator_type:<type>``."""
+        wanted = {"CPU": self.num_cpus}
+        if self.gpus_per_worker:
+            wanted["GPU"] = float(self.gpus_per_worker)
+        if self.accelerator_type is not None:
+            wanted[f"accelerator_type:{self.accelerator_type}"] = 0.001
+        return wanted
+
+    @property
+    def workers_at_start(self) -> int:
+        """Workers that must all be placed before the stage's first row: the pool's
+        lower end (Ray Data starts a pool's minimum before it sends work)."""
+        return self.pool_size[0]
+
+    @property
     def secret_env_names(self) -> list[str]:
         """Environment variables the engine reads secrets from (names only; ``toolkit
         submit`` forwards them to the job like its other secrets)."""

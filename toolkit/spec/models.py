@@ -191,6 +191,16 @@ class ComputeConfig(StrictModel):
         2, ge=0, description="How many times Anyscale retries a failed job from the start."
     )
     cloud: str | None = Field(None, description="Anyscale cloud name; unset uses the default.")
+    resource_wait_s: float | None = Field(
+        180.0,
+        gt=0,
+        description=(
+            "Seconds a running job waits for resources that no node (or node type the "
+            "autoscaler has) can give, e.g. a GPU type the cluster lacks, before it stops "
+            "with exit code 3, keeping what it wrote. Waiting for the autoscaler to add a "
+            "node that can hold it is never cut short. null waits forever."
+        ),
+    )
 
 
 class JobSpec(StrictModel):

@@ -25,7 +25,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -87,9 +87,11 @@ def ray_executable() -> str:
 
 
 def head_command(
-    temp_dir: Path, gcs_port: int, dashboard_port: int, num_cpus: int | None
+    temp_dir: Path, gcs_port: int, dashboard_port: int, num_cpus: int | None,
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """``ray start --head --block`` on the given ports, with every other fixed port free."""
+    """``ray start --head --block`` on the given ports, with every other fixed port free,
+    and ``extra_args`` (e.g. ``--num-gpus=1``, ``--resources=...``)."""
     command = [
         ray_executable(),
         "start",
@@ -107,7 +109,7 @@ def head_command(
     ]
     if num_cpus is not None:
         command.append(f"--num-cpus={num_cpus}")
-    return command
+    return [*command, *extra_args]
 
 
 def dashboard_responds(url: str, timeout_s: float = 2.0) -> bool:
@@ -138,6 +140,7 @@ def start_head(
     temp_dir: Path | None = None,
     *,
     num_cpus: int | None = None,
+    extra_args: Sequence[str] = (),
     timeout_s: float = START_TIMEOUT_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -148,6 +151,7 @@ def start_head(
         temp_dir: Ray's ``--temp-dir`` (keep it short); a new one under /tmp if unset.
         num_cpus: CPUs the head offers to tasks; unset, as many as a local
             ``toolkit run`` gets (``local_logical_cpus``: at least 4).
+        extra_args: More ``ray start`` flags (GPUs or custom resources it declares).
 
     Returns:
         The head, and the ``ray start --block`` process (terminating it stops the head).
@@ -168,7 +172,7 @@ def start_head(
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
             head_command(temp_dir, gcs_port, dashboard_port,
-                         num_cpus if num_cpus is not None else local_logical_cpus()),
+                         num_cpus if num_cpus is not None else local_logical_cpus(), extra_args),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -318,6 +322,7 @@ def ensure_local_head(
     path: Path | None = None,
     on_event: Callable[[str], None] | None = None,
     num_cpus: int | None = None,
+    extra_args: Sequence[str] = (),
     timeout_s: float = START_TIMEOUT_S,
 ) -> LocalHead:
     """The running local head from the state file, or a new one (recorded there).

@@ -13,7 +13,10 @@ if TYPE_CHECKING:
 
 
 class SklearnSettings(EngineSettings):
-    pass
+    @property
+    def workers_at_start(self) -> int:
+        """One: the model runs in Ray tasks, which start as CPUs free up, not a pool."""
+        return 1
 
 
 def apply_sklearn(ds: "Dataset", settings: SklearnSettings, stage: "StageInputs") -> "Dataset":
