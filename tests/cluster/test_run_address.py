@@ -134,6 +134,23 @@ def test_ray_address_auto_joins_the_head_on_this_machine(token_head: TokenHead,
     assert pq.read_table(out).num_rows == 100
 
 
+def test_a_local_run_starts_its_own_ray_past_a_stale_address_file(tmp_path: Path) -> None:
+    """A head killed (not stopped) leaves its address in Ray's temp dir; without
+    --address or RAY_ADDRESS a run is local all the same."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="tkstale-", dir="/tmp"))  # short: Ray's sockets
+    try:
+        (ray_tmp / "ray").mkdir()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text("192.0.2.2:6399")
+        result = toolkit_run("--rows", "20", "--output", str(tmp_path / "out"),
+                             env=client_env(RAY_TMPDIR=str(ray_tmp)))
+        assert result.returncode == 0, result.stderr
+        assert pq.read_table(tmp_path / "out").num_rows == 20
+    finally:
+        leftovers = pids_using(str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        assert not leftovers, f"Ray processes of the local run survived: {leftovers}"
+
+
 def test_wrong_port_exits_3_naming_the_address(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"
     started = time.monotonic()

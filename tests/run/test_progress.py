@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,6 +72,29 @@ def test_plain_line_says_rows_of_total_rate_eta_and_errors():
     assert format_progress(progress(rows_done=0, rows_per_second=0.0, eta_seconds=None),
                            interactive=False) == (
         "Progress: 0/300 rows (0%), 0.0 rows/s, ETA ?, 2 errors, 21s elapsed")
+
+
+def test_before_the_first_row_the_line_says_what_the_run_is_doing():
+    waiting = progress(rows_done=0, rows_per_second=0.0, eta_seconds=None, error_rows=0,
+                       elapsed_seconds=3, phase="starting Ray")
+    assert format_progress(waiting, interactive=False) == (
+        "Progress: 0/300 rows (0%), starting Ray, 0 errors, 3s elapsed")
+    assert format_progress(waiting, interactive=True, width=100) == (
+        "[------------------------------]  0/300 rows  0%  starting Ray  0 errors  0:03")
+
+
+def test_the_reporter_shows_the_phase_until_this_run_writes_a_row():
+    clock, counts = FakeClock(), Counts(rows=40)  # a resumed run: 40 rows from before
+    reporter = ProgressReporter(counts, total=100, clock=clock)
+    reporter.phase = "starting Ray"
+    assert reporter.poll().phase == "starting Ray"
+    reporter.phase = "loading the model"
+    clock.now += 5
+    assert reporter.poll().phase == "loading the model"
+    counts.rows = 48
+    clock.now += 5
+    assert reporter.poll().phase is None
+    assert reporter.poll(finished=True).phase is None
 
 
 def test_live_line_has_a_bar_and_fits_the_terminal():
@@ -258,3 +284,23 @@ def test_log_watcher_says_each_kind_of_trouble_once_in_our_words(tmp_path):
                 "running low on memory.\n")
     assert watcher.new_notices() == ["a Ray worker process died; Ray restarts it and retries "
                                      "its rows."]
+
+
+def test_a_run_says_what_it_does_from_the_first_second(tmp_path):
+    """Through the CLI, as a user sees it in a log (stderr not a terminal)."""
+    env = {**os.environ, "TOOLKIT_PROGRESS_INTERVAL": "0.5"}
+    env.pop("RAY_ADDRESS", None)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "toolkit"), "run", "text-industry", "--smoke",
+         "--rows", "50", "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("Progress: ")]
+    phases = [line.split(", ")[1] for line in lines if line.startswith("Progress: 0/50 rows")]
+    assert phases[0] == "starting Ray"
+    assert "loading the model" in phases
+    # In the order the run goes through them, and never back.
+    order = ["starting Ray", "reading the input", "loading the model"]
+    seen = [order.index(phase) for phase in phases]
+    assert seen == sorted(seen)
+    assert "Done: 50/50 rows (100%)" in result.stderr

@@ -84,7 +84,23 @@ def run_job(
     prepared = preflight(job, spec, overwrite=overwrite, samples=samples,
                          claim=[RUN_LOG_FILE] if ours else [])
     run_dir, state = prepared.run_dir, prepared.state
-    with output_to(log_file, job.name):
+    # Progress from the first second: until rows come, the line says what the run does.
+    reporter: ProgressReporter | None = None
+    progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if on_progress is not None and state is not RunState.COMPLETE:
+        sample_rows = samples.default_rows if samples is not None else None
+        reporter = ProgressReporter(
+            WrittenRows(run_dir, spec.data.output_format),
+            total=lambda: expected_rows(spec, sample_rows, run_dir=run_dir))
+        reporter.phase = "starting Ray" if target in (None, "local") else f"joining Ray at {target}"
+        progress = reporting(reporter, on_progress, progress_interval_s,
+                             LogWatcher(log_file) if log_file else None, on_notice)
+
+    def on_phase(phase: str) -> None:
+        if reporter is not None:
+            reporter.phase = phase
+
+    with output_to(log_file, job.name), progress:
         connection = connect_ray(address, output=spec.data.output, dashboard=dashboard)
         try:
             if on_connected is not None:
@@ -100,17 +116,9 @@ def run_job(
                         on_notice(notice)
             # A Ray started here never grows, whatever its monitor has reported yet.
             check_cluster_fits(spec, cluster_state(fixed=connection.started_here))
-            progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-            if on_progress is not None and state is not RunState.COMPLETE:
-                sample_rows = samples.default_rows if samples is not None else None
-                reporter = ProgressReporter(
-                    WrittenRows(run_dir, spec.data.output_format),
-                    total=lambda: expected_rows(spec, sample_rows, run_dir=run_dir))
-                progress = reporting(reporter, on_progress, progress_interval_s,
-                                     LogWatcher(log_file) if log_file else None, on_notice)
-            with ray_data_quiet(log_file is not None), progress:
+            with ray_data_quiet(log_file is not None):
                 return run_pipeline(job, spec, samples=samples, log_file=log_file,
-                                    prepared=prepared, on_notice=on_notice)
+                                    prepared=prepared, on_notice=on_notice, on_phase=on_phase)
         except ToolkitError:
             raise
         except Exception as exc:

@@ -305,6 +305,7 @@ def run_pipeline(
     log_file: str | None = None,
     prepared: PreparedRun | None = None,
     on_notice: Callable[[str], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run ``spec`` on the connected Ray cluster and return the written-output summary.
 
@@ -323,6 +324,8 @@ def run_pipeline(
             called here.
         on_notice: Told (from a background thread) when Ray can't place a stage's
             workers: waiting for a node, or for resources no node has.
+        on_phase: Told what the run does before its first row: ``reading the
+            input``, then ``loading the model`` (shown on the progress line).
 
     Raises:
         InputDataError: bad input, found before any model loads.
@@ -350,9 +353,13 @@ def run_pipeline(
     # Datasets copy Ray Data's context when they are created, so checkpointing is
     # switched on before the pipeline is built, not just before it runs.
     config = checkpoint_config(run_dir, spec.data.id_column) if resumable else None
+    phase = on_phase or (lambda _: None)
     with checkpointing(config):
+        phase("reading the input")
         ds, source = build_dataset(job, spec, run_dir, samples)
         write_id = run_dir.begin_write()
+        # Rows stream from here; the engine's workers load the model as the first come.
+        phase("loading the model")
         watch = WatchOutcome()
         try:
             with watching_resources(spec, on_notice, outcome=watch):

@@ -50,6 +50,9 @@ def format_progress(progress: Progress, interactive: bool, width: int = 80) -> s
     Examples:
         ``[#########-----------]  150/300 rows  50%  12.3 rows/s  ETA 12s  0 errors  0:21``
         ``Progress: 150/300 rows (50%), 12.3 rows/s, ETA 12s, 0 errors, 21s elapsed``
+
+    Before the first row, what the run is doing stands where rows/s and the ETA go:
+        ``Progress: 0/300 rows (0%), loading the model, 0 errors, 14s elapsed``
     """
     p = progress
     done = p.rows_done or 0
@@ -63,6 +66,8 @@ def format_progress(progress: Progress, interactive: bool, width: int = 80) -> s
     errors = (f"{p.error_rows:,} error{'' if p.error_rows == 1 else 's'}"
               if p.error_rows is not None else None)
     rate = f"{p.rows_per_second:,.1f} rows/s" if p.rows_per_second is not None else "? rows/s"
+    if p.phase is not None:  # no row yet: rows/s and the ETA would say nothing
+        rate, eta = p.phase, None
     if not interactive:
         parts = [f"{done:,}/{total} rows" + (f" ({percent})" if percent else ""),
                  rate, *([eta] if eta else []), *([errors] if errors else []),

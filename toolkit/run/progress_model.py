@@ -51,6 +51,8 @@ class Progress:
         error_rows: Rows written with an error so far.
         elapsed_seconds: Seconds since the run (or job) started.
         finished: The run wrote its last row.
+        phase: What the run is doing while no row has come yet (``starting Ray``,
+            ``reading the input``, ``loading the model``); None once rows come.
     """
 
     rows_done: int | None = None
@@ -61,6 +63,7 @@ class Progress:
     error_rows: int | None = None
     elapsed_seconds: float | None = None
     finished: bool = False
+    phase: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The ``progress`` object of ``toolkit status --output json``."""
@@ -170,6 +173,10 @@ class ProgressReporter:
         self._started = clock()
         self._window = RateWindow(window_s)
         self._first_look = True
+        self._rows_at_start: int | None = None
+        #: What the run is doing before its first row (set by the run as it goes on);
+        #: shown until this run writes a row.
+        self.phase: str | None = None
 
     def poll(self, finished: bool = False) -> Progress:
         """Count now. ``finished``: the run completed, so what is written is the total."""
@@ -183,6 +190,7 @@ class ProgressReporter:
             # A resumed run starts with rows already written: its rate counts from them.
             self._window.add(self._started, done)
             self._first_look = False
+            self._rows_at_start = done
         self._window.add(now, done)
         rate = self._window.rate() or 0.0  # no time yet: nothing written per second
         total = self._total
@@ -191,9 +199,11 @@ class ProgressReporter:
         elif total is not None and done > total:
             total = None  # more than expected: the estimate was wrong, not the files
         eta = 0.0 if finished else eta_seconds(done, total, rate)
+        waiting = not finished and done == self._rows_at_start
         return Progress(rows_done=done, rows_total=total, rows_per_second=rate, eta_seconds=eta,
                         source="output", error_rows=errors,
-                        elapsed_seconds=max(0.0, now - self._started), finished=finished)
+                        elapsed_seconds=max(0.0, now - self._started), finished=finished,
+                        phase=self.phase if waiting else None)
 
 
 def polling(look: Callable[[], None], interval_s: float, *,

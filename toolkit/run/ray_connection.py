@@ -107,7 +107,9 @@ def connect_ray(
         )
     target = ray_target(address, os.environ)
     if target in (None, "local"):
-        context = ray.init(address=target, log_to_driver=True, configure_logging=True,
+        # "local" even without an address: ray.init(address=None) would join whatever
+        # cluster /tmp/ray/ray_current_cluster names, a stale one left by a killed head too.
+        context = ray.init(address="local", log_to_driver=True, configure_logging=True,
                            logging_level="WARNING", num_cpus=local_logical_cpus(),
                            include_dashboard=dashboard)
         return RayConnection(
