@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -132,6 +133,48 @@ def open_input(data: DataConfig) -> "Dataset":
         return readers[fmt](source, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
         raise InputDataError(_describe_read_error(data.input, exc), hint=_read_hint(data.input))
+
+
+def first_rows(data: DataConfig, rows: int) -> Iterator["pa.RecordBatch"] | None:
+    """The first ``rows`` rows of a single local CSV or Parquet file, in file order,
+    read here with Arrow as Ray's readers read them (CSV as text); None for any
+    other input, which Ray reads. Staging ``--rows`` this way runs no Ray job."""
+    fmt = input_format(data)
+    path = Path(data.input).expanduser()
+    if "://" in data.input or fmt not in ("csv", "parquet") or not path.is_file():
+        return None
+    source = str(path)
+    if fmt == "csv":
+        convert = _csv_as_text(source)
+        opened = lambda: _csv_reader(source, convert)  # noqa: E731 - opened in the guard
+    else:
+        import pyarrow.parquet as pq
+
+        opened = lambda: pq.ParquetFile(source).iter_batches()  # noqa: E731
+    return _at_most(opened, rows, data.input)
+
+
+def _csv_reader(source: str, convert: Any = None) -> Iterable["pa.RecordBatch"]:
+    """Arrow's streaming CSV reader with the options :func:`open_input` gives Ray's."""
+    import pyarrow.csv as pacsv
+
+    return pacsv.open_csv(
+        source, convert_options=convert if convert is not None else _csv_as_text(source),
+        read_options=pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES))
+
+
+def _at_most(opened: Callable[[], Iterable["pa.RecordBatch"]], rows: int,
+             source: str) -> Iterator["pa.RecordBatch"]:
+    try:
+        left = rows
+        for batch in opened():
+            if left <= 0:
+                return
+            batch = batch.slice(0, left) if batch.num_rows > left else batch
+            left -= batch.num_rows
+            yield batch
+    except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
+        raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
 
 
 def _csv_as_text(source: str) -> Any:
@@ -271,6 +314,20 @@ def _read_hint(source: str) -> str:
     if source.startswith(("http://", "https://", "s3://", "gs://")):
         return "Check that the URL is reachable from this machine (and credentials for s3/gs)."
     return "Check that the file is a valid CSV/parquet/JSON file in UTF-8."
+
+
+def local_csv_schema(data: DataConfig) -> "pa.Schema | None":
+    """A single local CSV file's schema, from its first block read here with the reader
+    and options Ray uses (so the same problems surface), rather than by a Ray job of
+    its own (seconds of a small run); None for any other input."""
+    path = Path(data.input).expanduser()
+    if "://" in data.input or input_format(data) != "csv" or not path.is_file():
+        return None
+    batch = next(iter(_at_most(lambda: _csv_reader(str(path)), 1, data.input)), None)
+    if batch is None:
+        raise InputDataError(f"data.input: {data.input} has no rows.",
+                             hint="Point --input at a file with data rows.")
+    return batch.schema
 
 
 def input_schema(ds: "Dataset", source: str) -> "pa.Schema":

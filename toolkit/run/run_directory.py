@@ -214,6 +214,11 @@ class RunDirectory:
         self.claim(STAGED_INPUT_DIR)
         return self.staged_input_path
 
+    def open_staged_file(self, name: str) -> Any:
+        """A new file ``_input/NAME`` to write (an Arrow output stream)."""
+        self.fs.create_dir(self._fs_path(STAGED_INPUT_DIR), recursive=True)
+        return self.fs.open_output_stream(self._fs_path(f"{STAGED_INPUT_DIR}/{name}"))
+
     def clear_staged_input(self) -> None:
         """Delete the staged input, if the manifest says the toolkit made it."""
         manifest = self.read_manifest()

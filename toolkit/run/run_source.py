@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING
 
 from toolkit.errors import InputDataError
 from toolkit.run.input_checks import check_unique_ids, read_id_column
-from toolkit.run.input_data import HF_PREFIX, input_format, input_schema, open_input
+from toolkit.run.input_data import (
+    HF_PREFIX,
+    first_rows,
+    input_format,
+    input_schema,
+    local_csv_schema,
+    open_input,
+)
 from toolkit.run.run_formats import run_format
 from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
@@ -77,7 +84,7 @@ def open_run_source(
         check_schema(input_schema(staged_by_format, data.input))
         return RunSource(staged_by_format, True)
     ds = open_input(data)
-    schema = input_schema(ds, data.input)
+    schema = local_csv_schema(data) or input_schema(ds, data.input)
     check_schema(schema)
     if data.input.startswith(HF_PREFIX):  # streamed: its ids can't be read ahead
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
@@ -126,13 +133,52 @@ def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:
     if run_dir.staged_input_complete():
         return staged
     run_dir.begin_staged_input()  # recorded in the manifest; a copy cut short is cleared
-    with checkpointing(None):  # staging copies the input once; it has nothing to resume
-        ds = open_input(data).limit(data.rows)
-        if data.partitions:
-            ds = ds.repartition(target_num_rows_per_block=math.ceil(data.rows / data.partitions))
-        ds.write_parquet(staged)
+    here = first_rows(data, data.rows)
+    if here is not None:  # a local file: copied here in a second, not by a Ray job
+        write_staged_rows(run_dir, here, data.rows, data.partitions)
+    else:
+        with checkpointing(None):  # staging copies the input once; it has nothing to resume
+            ds = open_input(data).limit(data.rows)
+            if data.partitions:
+                ds = ds.repartition(
+                    target_num_rows_per_block=math.ceil(data.rows / data.partitions))
+            ds.write_parquet(staged)
     run_dir.mark_staged_input_complete()
     return staged
+
+
+def write_staged_rows(run_dir: RunDirectory, batches: Iterator["pa.RecordBatch"], rows: int,
+                      partitions: int | None) -> None:
+    """``batches`` into ``_input/part-NNNNN.parquet``: ``partitions`` files of equal
+    rows when set (each a Ray Data block when read), else one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    per_file = math.ceil(rows / partitions) if partitions else rows
+    writer: pq.ParquetWriter | None = None
+    sink = None
+    written = files = 0
+    schema = None
+    for batch in batches:
+        schema = batch.schema
+        while batch.num_rows:
+            if writer is None:
+                sink = run_dir.open_staged_file(f"part-{files:05d}.parquet")
+                writer = pq.ParquetWriter(sink, batch.schema)
+                files += 1
+            take = min(batch.num_rows, per_file - written)
+            writer.write_batch(batch.slice(0, take))
+            batch, written = batch.slice(take), written + take
+            if written >= per_file:
+                writer.close()
+                sink.close()
+                writer, written = None, 0
+    if writer is not None:
+        writer.close()
+        sink.close()
+    elif files == 0 and schema is not None:  # no data rows: the header's columns still read
+        with run_dir.open_staged_file("part-00000.parquet") as empty:
+            pq.write_table(pa.Table.from_batches([], schema=schema), empty)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,65 @@
+"""A local file's schema and its ``--rows`` slice are read here with Arrow, no Ray job.
+
+The slice is the file's first rows in order, read as Ray's CSV reader reads them
+(every column text), split into ``--partitions`` files; the schema comes from the
+file's first block, and a file Arrow can't parse fails as it did through Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from toolkit.errors import InputDataError
+from toolkit.run.input_data import local_csv_schema
+from toolkit.run.run_directory import RunDirectory
+from toolkit.run.run_source import stage_input
+from toolkit.spec.catalog import load_job
+from toolkit.spec.loading import load_job_spec
+
+
+def customers_csv(path: Path, rows: int) -> Path:
+    lines = ["Index,Company,Phone 1"] + [f"{i},Firm {i},00{i}" for i in range(1, rows + 1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def spec_for(source: Path, output: Path, **overrides):
+    return load_job_spec(load_job("text-industry"), overrides={
+        "data.input": str(source), "data.output": str(output), "engine.kind": "transformers",
+        **overrides})
+
+
+def test_rows_of_a_local_csv_are_its_first_rows_in_order_as_text(tmp_path: Path) -> None:
+    spec = spec_for(customers_csv(tmp_path / "c.csv", 200), tmp_path / "out",
+                    **{"data.rows": 50, "data.partitions": 4})
+    run_dir = RunDirectory(spec.data.output)
+    run_dir.prepare(spec, overwrite=False, resumable=True)
+    staged = Path(stage_input(spec, run_dir))
+    parts = sorted(staged.glob("part-*.parquet"))
+    assert [pq.read_metadata(p).num_rows for p in parts] == [13, 13, 13, 11]
+    table = pq.read_table(parts)
+    assert table.schema == pa.schema([("Index", pa.string()), ("Company", pa.string()),
+                                      ("Phone 1", pa.string())])
+    assert table.column("Index").to_pylist() == [str(i) for i in range(1, 51)]
+    assert table.column("Phone 1").to_pylist()[:2] == ["001", "002"]  # text, zeros kept
+    assert run_dir.staged_input_complete()
+
+
+def test_the_schema_of_a_local_csv_comes_from_its_first_block(tmp_path: Path) -> None:
+    spec = spec_for(customers_csv(tmp_path / "c.csv", 3), tmp_path / "out")
+    assert local_csv_schema(spec.data).names == ["Index", "Company", "Phone 1"]
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("Index,Company\n")
+    with pytest.raises(InputDataError, match="header.csv has no rows"):
+        local_csv_schema(spec_for(header_only, tmp_path / "out").data)
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("Index,Company\n1,Acme\n2,Beta,extra\n")
+    with pytest.raises(InputDataError, match="ragged.csv"):
+        local_csv_schema(spec_for(ragged, tmp_path / "out").data)
+    # Anything else is left to Ray's readers.
+    assert local_csv_schema(spec_for(tmp_path, tmp_path / "out", **{"data.format": "csv"}).data) \
+        is None
