@@ -13,6 +13,8 @@ from typing import Any
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from toolkit.samples.customers import CUSTOMER_SCHEMA
+
 _BYTES_PER_ROW = 220  # measured average of customers_batch rows in Arrow
 _ROWS_PER_BLOCK = 50_000
 
@@ -47,6 +49,8 @@ class CustomersDatasource(Datasource):
                 ReadTask(
                     lambda start=start, stop=stop: _blocks(start, stop, self.seed),
                     metadata,
+                    # Known up front, so Dataset.schema() needs no Ray job to find it.
+                    schema=CUSTOMER_SCHEMA,
                     per_task_row_limit=per_task_row_limit,
                 )
             )
