@@ -97,6 +97,19 @@ def test_the_reporter_shows_the_phase_until_this_run_writes_a_row():
     assert reporter.poll(finished=True).phase is None
 
 
+def test_rows_per_second_count_from_when_rows_began_to_come():
+    clock, counts = FakeClock(), Counts()
+    reporter = ProgressReporter(counts, total=1000, clock=clock)
+    reporter.phase = "starting Ray"
+    reporter.poll()
+    clock.now += 10  # still starting: no row yet
+    reporter.poll()
+    clock.now += 10
+    counts.rows = 100
+    later = reporter.poll()
+    assert later.rows_per_second == 10.0 and later.elapsed_seconds == 20
+
+
 def test_live_line_has_a_bar_and_fits_the_terminal():
     line = format_progress(progress(rows_done=1_500, rows_total=3_000, error_rows=0,
                                     elapsed_seconds=3725, eta_seconds=3725), interactive=True, width=100)

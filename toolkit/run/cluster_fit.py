@@ -321,13 +321,13 @@ def cluster_state(fixed: bool = False, settle_s: float = SETTLE_S) -> ClusterSta
 def parse_cluster_state(status_reply: bytes, monitor_report: bytes | None) -> ClusterState:
     """A :class:`ClusterState` from the GCS's ``GetClusterStatusReply`` (serialised)
     and the ``ray start`` monitor's JSON report (None when there is none)."""
-    from ray.core.generated.autoscaler_pb2 import GetClusterStatusReply
+    from ray.core.generated.autoscaler_pb2 import GetClusterStatusReply, NodeStatus
 
     reply = GetClusterStatusReply()
     reply.ParseFromString(status_reply)
     resources = reply.cluster_resource_state
     nodes = tuple(dict(node.total_resources) for node in resources.node_states
-                  if node.status != _DEAD_STATUS)
+                  if node.status != NodeStatus.DEAD)
     pending = [dict(r.request.resources_bundle) for r in resources.pending_resource_requests]
     for gang in resources.pending_gang_resource_requests:
         pending += [dict(r.resources_bundle) for r in gang.requests]
@@ -340,9 +340,6 @@ def parse_cluster_state(status_reply: bytes, monitor_report: bytes | None) -> Cl
     can_grow = _monitor_can_grow(monitor_report)
     return ClusterState(nodes, can_grow, tuple(pending),
                         settling=can_grow is None and _monitor_yet_to_report(monitor_report))
-
-
-_DEAD_STATUS = 2  # autoscaler_pb2.NodeStatus.DEAD
 
 
 def _monitor_yet_to_report(report: bytes | None) -> bool:

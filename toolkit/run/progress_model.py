@@ -191,6 +191,9 @@ class ProgressReporter:
             self._window.add(self._started, done)
             self._first_look = False
             self._rows_at_start = done
+        waiting = not finished and done == self._rows_at_start
+        if waiting:  # rows/s counts from the last look before rows came, not Ray's start
+            self._window = RateWindow(self._window.window_s)
         self._window.add(now, done)
         rate = self._window.rate() or 0.0  # no time yet: nothing written per second
         total = self._total
@@ -199,7 +202,6 @@ class ProgressReporter:
         elif total is not None and done > total:
             total = None  # more than expected: the estimate was wrong, not the files
         eta = 0.0 if finished else eta_seconds(done, total, rate)
-        waiting = not finished and done == self._rows_at_start
         return Progress(rows_done=done, rows_total=total, rows_per_second=rate, eta_seconds=eta,
                         source="output", error_rows=errors,
                         elapsed_seconds=max(0.0, now - self._started), finished=finished,

@@ -322,7 +322,6 @@ def ensure_local_head(
     path: Path | None = None,
     on_event: Callable[[str], None] | None = None,
     num_cpus: int | None = None,
-    extra_args: Sequence[str] = (),
     timeout_s: float = START_TIMEOUT_S,
 ) -> LocalHead:
     """The running local head from the state file, or a new one (recorded there).
