@@ -12,7 +12,6 @@ the toolkit can't honour) are error rows named by their line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from toolkit.spec.job_definition import JobDefinition
@@ -20,18 +19,7 @@ from toolkit.spec.models import JobSpec
 from toolkit.spec.openai_batch import BODY_COLUMN, REQUEST_ERROR_COLUMN, URL_COLUMN, chat_request
 
 
-@dataclass(frozen=True)
-class BatchOptions:
-    """What the hooks need from the spec: the default token budget (for finish_reason)."""
-
-    max_tokens: int
-
-
-def options_of(spec: JobSpec) -> BatchOptions:
-    return BatchOptions(max_tokens=spec.sampling.max_tokens)
-
-
-def preprocess(row: dict[str, Any], options: BatchOptions) -> dict[str, Any]:
+def preprocess(row: dict[str, Any], options: Any) -> dict[str, Any]:
     """The request's messages, and its own sampling params on top of the spec's."""
     if row.get(REQUEST_ERROR_COLUMN):
         raise ValueError(row[REQUEST_ERROR_COLUMN])
@@ -42,19 +30,10 @@ def preprocess(row: dict[str, Any], options: BatchOptions) -> dict[str, Any]:
     return {"messages": messages, "sampling_params": params}
 
 
-def postprocess(row: dict[str, Any], options: BatchOptions) -> dict[str, Any]:
-    """The answer as it came (not stripped), and why it stopped: ``length`` when it used
-    the whole token budget (the request's own max_tokens, else the spec's)."""
-    import json
-
-    budget = options.max_tokens
-    body = row.get(BODY_COLUMN)
-    if body:
-        request = json.loads(body)
-        budget = request.get("max_completion_tokens") or request.get("max_tokens") or budget
-    generated = row.get("num_generated_tokens")
-    finish = "length" if generated is not None and int(generated) >= int(budget) else "stop"
-    return {"content": str(row["generated_text"]), "finish_reason": finish}
+def postprocess(row: dict[str, Any], options: Any) -> dict[str, Any]:
+    """The answer as it came (not stripped). Why it stopped is the pipeline's
+    ``finish_reason`` column, which the Batch API output file reads."""
+    return {"content": str(row["generated_text"])}
 
 
 JOB = JobDefinition(
@@ -65,8 +44,7 @@ JOB = JobDefinition(
     postprocess=postprocess,
     required_columns=lambda options: [BODY_COLUMN, REQUEST_ERROR_COLUMN],
     structured_output=lambda options: None,  # per request, from its response_format
-    result_columns=lambda options: {"content": "string", "finish_reason": "string"},
+    result_columns=lambda options: {"content": "string"},
     drop_columns=lambda options: [BODY_COLUMN, URL_COLUMN, REQUEST_ERROR_COLUMN],
     smoke_overrides={"engine.model": "sample:tiny-chat"},
-    options_of=options_of,
 )

@@ -44,7 +44,9 @@ def test_csv_rows_come_back_with_their_columns_intact(local_ray, customers_csv, 
     ).slice(0, 200)
     assert written.num_rows == 200
     assert written.column_names == [*source.column_names, "inferred_industry",
-                                    "num_input_tokens", "num_generated_tokens", "error"]
+                                    "inferred_industry_confidence", "finish_reason",
+                                    "failed_checks", "num_input_tokens", "num_generated_tokens",
+                                    "error"]
     for column in source.column_names:
         assert written[column].to_pylist() == source[column].to_pylist(), column
     assert set(written["inferred_industry"].to_pylist()) <= set(spec.output.choice)
@@ -149,8 +151,8 @@ def test_vlm_caption_writes_one_row_per_image_without_the_bytes(local_ray, tmp_p
     summary = run_pipeline(job, spec, samples=SAMPLES)
 
     table = pq.read_table(tmp_path / "out")
-    assert table.column_names == ["path", "generated_caption", "num_input_tokens",
-                                  "num_generated_tokens", "error"]
+    assert table.column_names == ["path", "generated_caption", "finish_reason", "failed_checks",
+                                  "num_input_tokens", "num_generated_tokens", "error"]
     assert sorted(Path(p).name for p in table["path"].to_pylist()) == sorted(p.name for p in images)
     failed = [r for r in table.to_pylist() if r["error"]]
     assert len(failed) == 3 and all(r["generated_caption"] is None for r in failed)

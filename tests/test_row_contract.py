@@ -49,7 +49,8 @@ def test_every_error_shape_lands_in_one_error_column():
         "postprocess: model answered 'Banking', which is not one of the choices",
     ]
     assert [r["inferred_industry"] for r in rows] == ["Retail", None, None, None]
-    assert list(rows[0]) == ["Index", "Company", "inferred_industry", "num_input_tokens",
+    assert list(rows[0]) == ["Index", "Company", "inferred_industry",
+                             "inferred_industry_confidence", "num_input_tokens",
                              "num_generated_tokens", "error"]
 
 

@@ -30,7 +30,11 @@ def test_a_blank_company_is_rejected_with_the_column_named(company):
 
 
 def test_postprocess_keeps_only_allowed_answers():
-    assert postprocess({"generated_text": " Finance\n"}, OPTIONS) == {"inferred_industry": "Finance"}
+    # Its confidence comes from the engine's log-probability, when it reports one.
+    assert postprocess({"generated_text": " Finance\n"}, OPTIONS) == {
+        "inferred_industry": "Finance", "inferred_industry_confidence": None}
+    assert postprocess({"generated_text": "Finance", "generated_logprob": 0.0},
+                       OPTIONS)["inferred_industry_confidence"] == 1.0
     with pytest.raises(ValueError, match="not one of the choices"):
         postprocess({"generated_text": "Banking"}, OPTIONS)
 

@@ -101,3 +101,13 @@ class JobStalledError(ToolkitError):
     """
 
     exit_code = 7
+
+
+class StopLossError(ToolkitError):
+    """A run stopped early because too many of its first rows failed (errors or checks).
+
+    Everything it wrote stays; ``toolkit retry OUTPUT`` redoes the failed rows and the
+    ones it never reached.
+    """
+
+    exit_code = 8

@@ -145,6 +145,21 @@ def test_status_of_a_running_job_reads_the_run_directory(tmp_path: Path) -> None
     assert progress.describe() == "1,000 / 5,000 rows (20%), 20.0 rows/s, ETA 3m 20s"
 
 
+def test_status_shows_each_checks_failures_from_the_run_directory(tmp_path: Path) -> None:
+    out = GrowingRunDirectory(tmp_path / "out")
+    table = pa.table({"Index": list(range(400)),
+                      "failed_checks": ["truncated"] * 300 + [None] * 100,
+                      "error": ["truncated: ..."] * 300 + [None] * 100})
+    pq.write_table(table, out.root / f"part-{out.write_id}_x_000000-0.parquet")
+    info = RunningBackend(str(out.root)).status("j")
+
+    progress = job_progress(info, now=STARTED + timedelta(seconds=20))
+
+    assert progress.checks == (("truncated", 300),)
+    assert progress.describe().endswith("failed checks: truncated 300 (75%)")
+    assert progress.as_json()["checks"] == {"truncated": 300}
+
+
 def test_status_falls_back_to_the_jobs_progress_lines(tmp_path: Path) -> None:
     # A relative output is relative to the job's working dir on the cluster: not read here.
     backend = RunningBackend("out/text-industry", log=format_progress_line(900, 3000, 30.0))
@@ -161,7 +176,7 @@ def test_finished_job_rows_done_are_the_rows_written() -> None:
                    end_time=STARTED + timedelta(seconds=12), output="/o")
     assert job_progress(info, summary=summary).as_json() == {
         "rows_done": 200, "rows_total": 200, "rows_per_second": 20.0, "eta_seconds": 0.0,
-        "source": "summary"}
+        "source": "summary", "checks": {}}
 
 
 def test_one_progress_model_from_a_run_directory_to_both_displays(tmp_path: Path) -> None:

@@ -64,6 +64,11 @@ def test_greedy_answers_are_the_same_with_and_without_shortcuts(fast, plain, job
     got = answers(fast, rows_in)
 
     assert [r["error"] for r in got] == [None] * rows
+    # The same tokens, scored alike: a cached prompt head changes a log-probability's
+    # last bits at most.
+    got_logprobs = [row.pop("generated_logprob") for row in got]
+    assert got_logprobs == pytest.approx([row.pop("generated_logprob") for row in expected],
+                                         abs=0.01)
     assert got == expected
     # The shortcuts did run: a cached prompt head, and fewer prompts computed than rows.
     assert fast.prefixes is not None and fast.prefixes._caches

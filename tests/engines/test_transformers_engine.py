@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -63,44 +64,31 @@ def test_over_long_prompts_and_earlier_errors_become_error_rows(engine):
     assert re.match(r"prompt is \d+ tokens, longer than max_model_len 256", too_long["error"])
     assert earlier == {
         "generated_text": None, "num_input_tokens": None, "num_generated_tokens": None,
-        "error": "preprocess: blank"
+        "finish_reason": None, "generated_logprob": None, "error": "preprocess: blank"
     }
 
 
-def longest_chat(engine, max_tokens: int) -> list[dict[str, str]]:
-    """The chat of repeated words whose prompt is the longest within ``max_tokens``."""
-    def tokens(words: int) -> int:
-        (prompt,) = engine._prepare_prompts([chat(" ".join(["word"] * words))])
-        return 10**6 if isinstance(prompt, ValueError) else len(prompt)
+def test_finish_reason_says_whether_max_tokens_cut_the_answer(engine):
+    def answer(max_tokens):
+        params = {"temperature": 0.0, "max_tokens": max_tokens,
+                  "structured_outputs": {"choice": CHOICES}}
+        return generate_texts(engine, [{"messages": chat("Acme"), "sampling_params": params}])[0]
 
-    low, high = 1, 1000
-    while low < high:  # the largest word count whose prompt fits
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if tokens(middle) <= max_tokens else (low, middle - 1)
-    return chat(" ".join(["word"] * low))
-
-
-def test_a_row_gets_its_own_token_budget_next_to_a_long_row(engine):
-    """vLLM's limit per row: min(max_tokens, max_model_len - its own prompt), so a
-    short row batched with a ~250-token one answers exactly as it does alone."""
-    params = {"temperature": 0.0, "max_tokens": 16}
-    short = {"messages": chat("hello there"), "sampling_params": params}
-    long_row = {"messages": longest_chat(engine, 252), "sampling_params": params}
-    (alone,) = generate_texts(engine, [short])
-    together, beside = generate_texts(engine, [short, long_row])
-
-    assert alone["num_generated_tokens"] == 16  # the random tiny model never stops early
-    assert together == alone
-    assert beside["error"] is None and 245 <= beside["num_input_tokens"] <= 252
-    assert 1 <= beside["num_generated_tokens"] <= 256 - beside["num_input_tokens"]
+    cut, whole = answer(1), answer(16)
+    assert cut["finish_reason"] == "length" and cut["num_generated_tokens"] == 1
+    assert cut["generated_text"] not in CHOICES  # the first token of a longer choice
+    assert whole["finish_reason"] == "stop" and whole["generated_text"] in CHOICES
 
 
-def test_each_row_keeps_its_grammar_when_budgets_differ(engine):
-    params = {"temperature": 0.0, "max_tokens": 16, "structured_outputs": {"choice": CHOICES}}
-    short = {"messages": chat("Acme"), "sampling_params": params}
-    # Its budget (256 - its prompt) may end it mid-choice, as vLLM would.
-    long_row = {"messages": longest_chat(engine, 254), "sampling_params": params}
-    (alone,) = generate_texts(engine, [short])
-    together, beside = generate_texts(engine, [short, long_row])
-    assert together == alone and alone["generated_text"] in CHOICES
-    assert beside["error"] is None
+def test_a_constrained_answer_has_its_probability_among_the_choices(engine):
+    def answer(choices):
+        params = {"temperature": 0.0, "max_tokens": 16, "structured_outputs": {"choice": choices}}
+        return generate_texts(engine, [{"messages": chat("Acme"), "sampling_params": params}])[0]
+
+    among_all = answer(CHOICES)
+    assert 0 < math.exp(among_all["generated_logprob"]) <= 1
+    # The mask renormalises each step over what the choices allow: with only the given
+    # answer left, the same tokens are at least as likely.
+    alone = answer([among_all["generated_text"]])
+    assert alone["generated_text"] == among_all["generated_text"]
+    assert alone["generated_logprob"] >= among_all["generated_logprob"]

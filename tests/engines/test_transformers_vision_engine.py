@@ -97,11 +97,13 @@ def test_a_batch_with_good_corrupt_and_failed_rows(engine, pictures):
         "generated_text": None,
         "num_input_tokens": None,
         "num_generated_tokens": None,
+        "finish_reason": None,
+        "generated_logprob": None,
         "error": "preprocess: company name missing",
     }
     # The prompt columns, pictures included, are not carried on.
     assert set(out[0]) == {"id", "generated_text", "num_input_tokens", "num_generated_tokens",
-                           "error"}
+                           "finish_reason", "generated_logprob", "error"}
 
 
 def test_unusable_images_become_row_errors(engine, pictures):
@@ -202,7 +204,7 @@ def test_runs_as_a_ray_data_stage(local_ray, model_dir, pictures):
 
     assert [row["id"] for row in rows] == [0, 1, 2, 3, 4]
     assert set(rows[0]) == {"id", "generated_text", "num_input_tokens", "num_generated_tokens",
-                            "error"}
+                            "finish_reason", "generated_logprob", "error"}
     assert [bool(row["generated_text"]) for row in rows] == [True, True, False, False, True]
     assert rows[2]["error"].startswith("messages[1].content[1]: image data is corrupt")
     assert rows[3]["error"] == "preprocess: failed"

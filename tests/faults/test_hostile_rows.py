@@ -166,7 +166,8 @@ def test_overwrite_deletes_only_what_the_toolkit_wrote(local_ray, tmp_path):
     rows = sorted(pq.read_table(out).to_pylist(), key=lambda row: row["review_id"])
     assert [(r["review_id"], r["review"], r["stars"]) for r in rows] == [
         ("r-1", "Works well.", "5"), ("r-2", "Broke in a day.", "1"), ("r-3", "It is fine.", "3")]
-    assert list(rows[0]) == ["review_id", "review", "stars", "sentiment", "num_input_tokens",
+    assert list(rows[0]) == ["review_id", "review", "stars", "sentiment", "sentiment_confidence",
+                             "finish_reason", "failed_checks", "num_input_tokens",
                              "num_generated_tokens", "error"]
     (out / "_logs" / "notes.txt").write_text("what I saw in run.log")
     (out / "_input").mkdir()

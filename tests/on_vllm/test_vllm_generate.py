@@ -102,6 +102,19 @@ def test_vllm_and_transformers_give_the_same_greedy_answers(on_vllm, on_transfor
         assert on_vllm[i]["num_input_tokens"] == on_transformers[i]["num_input_tokens"]
     for i in same:
         assert on_vllm[i]["num_generated_tokens"] == on_transformers[i]["num_generated_tokens"]
+        # Both engines score the answer under the choice constraint's mask.
+        assert on_vllm[i]["inferred_industry_confidence"] == pytest.approx(
+            on_transformers[i]["inferred_industry_confidence"], abs=0.02)
+
+
+def test_vllm_rows_say_why_they_ended_and_pass_the_checks(on_vllm, workdir):
+    answered = [row for row in on_vllm.values() if row["error"] is None]
+    assert {row["finish_reason"] for row in answered} == {"stop"}
+    assert all(row["failed_checks"] is None for row in answered)
+    assert all(0 < row["inferred_industry_confidence"] <= 1 for row in answered)
+    summary = json.loads((workdir / "vllm" / "_summary.json").read_text())
+    assert summary["finish_reasons"] == {"stop": ROWS - len(BLANK_COMPANIES),
+                                         "error": len(BLANK_COMPANIES)}
 
 
 def test_date_reformat_answers_match_the_pattern_vllm_was_given(tmp_path):

@@ -21,7 +21,7 @@ from toolkit.run.progress import (
     plain_interval,
     reporting,
 )
-from toolkit.run.progress_model import Progress, ProgressReporter, format_duration
+from toolkit.run.progress_model import Progress, ProgressReporter, RowCounts, format_duration
 from toolkit.run.progress_sources import WrittenRows, expected_rows
 from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 from toolkit.spec.catalog import load_job
@@ -209,17 +209,17 @@ def test_written_rows_come_from_parquet_footers_of_this_run_directory(tmp_path):
     run_dir = RunDirectory(str(tmp_path / "out"))
     assert run_dir.prepare(spec(tmp_path / "out"), overwrite=False, resumable=True) is RunState.EMPTY
     count = WrittenRows(run_dir, "parquet")
-    assert count() == (0, 0)
+    assert count() == RowCounts(0, 0, 0)
     write_id = run_dir.begin_write()
     pq.write_table(result_table(40, 3), tmp_path / "out" / f"part-{write_id}_a_000000-0.parquet")
     pq.write_table(result_table(10, 0), tmp_path / "out" / f"part-{write_id}_a_000001-0.parquet")
-    assert count() == (50, 3)
+    assert count() == RowCounts(50, 3, 3)
     # A file Ray is still writing has no footer yet: skipped until it is complete.
     partial = tmp_path / "out" / f"part-{write_id}_a_000002-0.parquet"
     partial.write_bytes(b"PAR1" + b"\0" * 100)
-    assert count() == (50, 3)
+    assert count() == RowCounts(50, 3, 3)
     pq.write_table(result_table(7, 7), partial)
-    assert count() == (57, 10)
+    assert count() == RowCounts(57, 10, 10)
 
 
 def test_written_rows_of_csv_output(tmp_path):
@@ -228,7 +228,7 @@ def test_written_rows_of_csv_output(tmp_path):
                     overwrite=False, resumable=True)
     write_id = run_dir.begin_write()
     pacsv.write_csv(result_table(12, 5), tmp_path / "out" / f"part-{write_id}_a_000000-0.csv")
-    assert WrittenRows(run_dir, "csv")() == (12, 5)
+    assert WrittenRows(run_dir, "csv")() == RowCounts(12, 5, 5)
 
 
 def test_expected_rows(tmp_path):

@@ -46,7 +46,8 @@ def test_a_yaml_job_in_the_project_is_found_by_path_and_by_name(tmp_path: Path):
     # Omitted keys take the toolkit's defaults.
     assert (spec.engine.kind, spec.sampling.temperature, spec.data.output) == (
         "vllm", 0.0, "out/sentiment")
-    assert job.result_columns(job.options_of(spec)) == {"sentiment": "string"}
+    assert job.result_columns(job.options_of(spec)) == {"sentiment": "string",
+                                                        "sentiment_confidence": "double"}
     assert job.required_columns(job.options_of(spec)) == ["review"]
 
 

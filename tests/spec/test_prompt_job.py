@@ -162,11 +162,12 @@ def test_the_sandbox_does_not_leak_python_internals():
 
 
 def test_a_choice_answer_is_stripped_and_must_be_on_the_list():
-    assert postprocess(answer(" negative\n"), SENTIMENT) == {"sentiment": "negative"}
+    assert postprocess(answer(" negative\n"), SENTIMENT) == {"sentiment": "negative",
+                                                              "sentiment_confidence": None}
     with pytest.raises(ValueError, match="model answered 'meh', which is not one of the choices"):
         postprocess(answer("meh"), SENTIMENT)
     assert structured_output(SENTIMENT) == {"choice": ["positive", "negative", "neutral"]}
-    assert result_columns(SENTIMENT) == {"sentiment": "string"}
+    assert result_columns(SENTIMENT) == {"sentiment": "string", "sentiment_confidence": "double"}
 
 
 def test_a_regex_answer_must_match_whole():
@@ -280,4 +281,4 @@ def test_the_job_definition_wires_the_hooks_and_options():
     opts = job.options_of(spec({"user": "{{ review }}"}, {"choice": ["yes", "no"]}))
     assert job.required_columns(opts) == ["review"]
     assert job.structured_output(opts) == {"choice": ["yes", "no"]}
-    assert job.postprocess(answer("yes"), opts) == {"result": "yes"}
+    assert job.postprocess(answer("yes"), opts) == {"result": "yes", "result_confidence": None}

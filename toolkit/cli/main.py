@@ -142,6 +142,59 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
       toolkit run text-industry --input customers.csv --rows 10k --output out/industry \\
           --engine transformers --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
     """
+    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    _run_with_progress(job_def, spec, overwrite=overwrite, address=address, verbose=verbose,
+                       dashboard=dashboard)
+
+
+@main.command("retry")
+@click.argument("output")
+@click.option("--only", "only", multiple=True, metavar="CHECK",
+              help="Redo only rows that failed this check (truncated, empty, invalid, "
+                   "refusal, low_confidence, your own) or 'error' for error rows; repeatable. "
+                   "Default: every row with an error or a failed check.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Change a setting for the rows redone, e.g. sampling.max_tokens=16 "
+                   "(repeatable; the manifest records it as a new attempt).")
+@click.option("--address", help="Ray cluster to run the driver against (default: RAY_ADDRESS, "
+                                "else a local Ray started for this run).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show Ray's own output here instead of in <output>/_logs/run.log.")
+def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...],
+                  address: str | None, verbose: bool) -> None:
+    """Redo, in place, only the rows of OUTPUT that failed, plus any a stopped run never reached.
+
+    Rows with an error or a failed check are taken out of the result files and run
+    again with the run's spec and your --set changes; every other row stays. A plain
+    reader (pandas.read_parquet(OUTPUT)) then sees one row per id, the latest
+    attempt's, and the summary lists every attempt. Interrupted, it resumes when
+    run again.
+
+    \b
+    Examples:
+      toolkit retry out/text-industry --set sampling.max_tokens=16
+      toolkit retry out/text-industry --only truncated --set sampling.max_tokens=32
+    """
+    from toolkit.run.retry import prepare_retry
+    from toolkit.spec.redaction import redact
+
+    job_def, spec, plan = prepare_retry(output, sets, list(only) or None)
+    if plan.nothing_to_do:
+        click.echo(f"Nothing to retry: no row in {redact(output)} failed"
+                   + (f" {', '.join(only)}" if only else "") + ".")
+        return
+    if plan.resumed:
+        click.echo(f"Resuming retry attempt {plan.attempt} in {redact(output)}.")
+    else:
+        click.echo(f"Retry attempt {plan.attempt}: redoing {plan.rows_to_redo:,} failed rows "
+                   f"and any not reached; keeping {plan.rows_kept:,}.")
+    _run_with_progress(job_def, spec, overwrite=False, address=address, verbose=verbose,
+                       dashboard=False)
+
+
+def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str | None,
+                       verbose: bool, dashboard: bool) -> None:
+    """Run a loaded spec with the progress line, then print its summary."""
     from toolkit.run.local_run import run_job
     from toolkit.run.ray_output import default_log_file, terminal
     from toolkit.run.progress import LIVE_INTERVAL_S, ProgressDisplay, plain_interval
@@ -150,14 +203,13 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
     from toolkit.samples.provider import SAMPLES
     from toolkit.spec.redaction import redact
 
-    job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     log_file = None if verbose else default_log_file(spec)
     with terminal() as out:
         # Under -v Ray draws its own bars, so ours is a plain line now and then.
         live = out.isatty() and not verbose
         display = ProgressDisplay(out, interactive=live, plain_interval_s=plain_interval())
-        display.message(redact(f"Running {job} on {spec.engine.kind} with {spec.engine.model}: "
-                               f"{spec.data.input} -> {spec.data.output}"))
+        display.message(redact(f"Running {job_def.name} on {spec.engine.kind} with "
+                               f"{spec.engine.model}: {spec.data.input} -> {spec.data.output}"))
         if spec.uses_sample_model:
             display.message(SMOKE_WARNING)
         if log_file:
@@ -185,6 +237,8 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
         finally:
             display.close()
     click.echo(format_summary(summary))
+
+
 
 
 @main.group("samples")

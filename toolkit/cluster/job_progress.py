@@ -64,7 +64,8 @@ RATE_WINDOW_S = 5 * 60.0
 
 _LINE_PREFIX = "progress:"
 _LINE = re.compile(
-    r"^progress: rows_done=(\d+) rows_total=(\d+|unknown) rows_per_second=([0-9.]+|unknown)\s*$",
+    r"^progress: rows_done=(\d+) rows_total=(\d+|unknown) rows_per_second=([0-9.]+|unknown)"
+    r"(?: failed_checks=(\S+))?\s*$",
     re.MULTILINE,
 )
 
@@ -84,12 +85,16 @@ def readable_from_here(output: str | None) -> bool:
 
 
 def format_progress_line(rows_done: int, rows_total: int | None,
-                         rows_per_second: float | None) -> str:
+                         rows_per_second: float | None,
+                         checks: tuple[tuple[str, int], ...] | None = None) -> str:
     """``progress: rows_done=1200 rows_total=5000 rows_per_second=41.3`` (``unknown`` for
-    a missing figure): the line the cluster entrypoint prints, stable for parsing."""
+    a missing figure), then ``failed_checks=truncated:12,empty:1`` once a row failed a
+    check: the line the cluster entrypoint prints, stable for parsing."""
     total = str(rows_total) if rows_total is not None else "unknown"
     rate = f"{rows_per_second:.1f}" if rows_per_second is not None else "unknown"
-    return f"{_LINE_PREFIX} rows_done={rows_done} rows_total={total} rows_per_second={rate}"
+    line = f"{_LINE_PREFIX} rows_done={rows_done} rows_total={total} rows_per_second={rate}"
+    failed = [f"{name}:{count}" for name, count in checks or () if count]
+    return line + (f" failed_checks={','.join(failed)}" if failed else "")
 
 
 def parse_progress_line(log_text: str) -> Progress | None:
@@ -102,7 +107,12 @@ def parse_progress_line(log_text: str) -> Progress | None:
     done = int(last.group(1))
     total = int(last.group(2)) if last.group(2) != "unknown" else None
     rate = float(last.group(3)) if last.group(3) != "unknown" else None
-    return Progress(done, total, rate, eta_seconds(done, total, rate), source="log")
+    checks = None
+    if last.group(4):
+        pairs = [item.rpartition(":") for item in last.group(4).split(",")]
+        checks = tuple((name, int(count)) for name, _, count in pairs if count.isdigit())
+    return Progress(done, total, rate, eta_seconds(done, total, rate), source="log",
+                    checks=checks or None)
 
 
 def report_progress(output: str, rows_total: int | None | Callable[[], int | None], *,
@@ -128,7 +138,7 @@ def report_progress(output: str, rows_total: int | None | Callable[[], int | Non
     def look() -> None:
         progress = reporter.poll()
         emit(format_progress_line(progress.rows_done or 0, progress.rows_total,
-                                  progress.rows_per_second))
+                                  progress.rows_per_second, progress.checks))
 
     return polling(look, interval_s, join_timeout_s=5.0)
 
@@ -201,7 +211,8 @@ def job_progress(
         return Progress(summary.rows_written, summary.rows_in, summary.rows_per_second,
                         0.0 if succeeded else None, source="summary",
                         error_rows=summary.error_rows, elapsed_seconds=summary.seconds,
-                        finished=succeeded)
+                        finished=succeeded,
+                        checks=tuple((n, c.failed) for n, c in summary.checks.items()) or None)
     if counter is None and readable_from_here(info.output):
         counter = OutputRows(info.output or "", sample_rows)
     written = counter.read() if counter is not None else None

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 from toolkit.errors import BackendUnavailableError, SpecError
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
+    FINISH_REASON_COLUMN,
+    GENERATED_LOGPROB_COLUMN,
     GENERATED_TEXT_COLUMN,
     MESSAGES_COLUMN,
     RAY_LLM_ERROR_COLUMN,
@@ -249,12 +251,28 @@ def read_response(row: dict[str, Any]) -> dict[str, Any]:
     error = _server_error(response)
     if error is not None:
         return {**out, GENERATED_TEXT_COLUMN: None, "num_input_tokens": None,
-                "num_generated_tokens": None, ERROR_COLUMN: error, RAY_LLM_ERROR_COLUMN: error}
-    message = (response["choices"][0] or {}).get("message") or {}
+                "num_generated_tokens": None, FINISH_REASON_COLUMN: None,
+                GENERATED_LOGPROB_COLUMN: None, ERROR_COLUMN: error, RAY_LLM_ERROR_COLUMN: error}
+    choice = response["choices"][0] or {}
+    message = choice.get("message") or {}
     usage = response.get("usage") or {}
     return {**out, GENERATED_TEXT_COLUMN: message.get("content") or "",
             "num_input_tokens": usage.get("prompt_tokens"),
-            "num_generated_tokens": usage.get("completion_tokens")}
+            "num_generated_tokens": usage.get("completion_tokens"),
+            FINISH_REASON_COLUMN: choice.get("finish_reason"),
+            GENERATED_LOGPROB_COLUMN: _answer_logprob(choice.get("logprobs"))}
+
+
+def _answer_logprob(logprobs: Any) -> float | None:
+    """The answer's summed token log-probabilities, when the server sent them
+    (``choices[0].logprobs.content[].logprob``); None when it did not."""
+    content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
+    if not content:
+        return None
+    try:
+        return float(sum(float(token["logprob"]) for token in content))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def served_model_name(engine: "HttpSettings", samples: "SampleProvider | None" = None) -> str:

@@ -27,13 +27,16 @@ import json
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from toolkit.engines.prompt_prefix import PrefixCache
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
+    FINISH_REASON_COLUMN,
+    GENERATED_LOGPROB_COLUMN,
+    GENERATED_TEXT_COLUMN,
     MESSAGES_COLUMN,
     SAMPLING_PARAMS_COLUMN,
     object_column,
@@ -125,7 +128,8 @@ class TransformersChatEngine:
         )
         self.dedupe = dedupe
         self.rows_per_call = rows_per_call
-        self._answers: OrderedDict[bytes, tuple[str, int, int]] = OrderedDict()
+        self._answers: OrderedDict[bytes, Generated] = OrderedDict()
+        self._eos_ids: frozenset[int] | None = None
 
     def _load(self, path: str, dtype: str) -> tuple[Any, Any]:
         """Load (tokenizer, model) from ``path``; subclasses load other model kinds."""
@@ -206,9 +210,9 @@ class TransformersChatEngine:
 
     def _generate(
         self, prompts: Sequence[Any], params: dict[str, Any]
-    ) -> list[tuple[str, int, int] | BaseException]:
-        """Generate for prompts sharing one set of sampling params: per row, (text,
-        generated tokens, prompt tokens)."""
+    ) -> list[Generated | BaseException]:
+        """Generate for prompts sharing one set of sampling params: per row, what it
+        generated (:class:`Generated`)."""
         torch = self.torch
         encoded = self._model_inputs(prompts)
         prompt_len = encoded["input_ids"].shape[1]
@@ -229,28 +233,53 @@ class TransformersChatEngine:
             if params.get("seed") is not None:
                 torch.manual_seed(int(params["seed"]))
         constraint = params.get("structured_outputs")
+        processors: list[Any] = []
         if constraint:
             # One processor per generate() call: it keeps per-row matcher state.
-            kwargs["logits_processor"] = [
-                GrammarLogitsProcessor(self._compiled_grammar(constraint), budgets, prompt_len)
-            ]
+            processors.append(
+                GrammarLogitsProcessor(self._compiled_grammar(constraint), budgets, prompt_len))
+        # Last, so it sees the scores as the grammar left them.
+        logprobs = TokenLogprobs(prompt_len)
+        kwargs["logits_processor"] = [*processors, logprobs]
         with torch.inference_mode():
             output = self.model.generate(**encoded, **kwargs)
         new_tokens = output[:, prompt_len:]
         rows = [new_tokens[i, :budget] for i, budget in enumerate(budgets)]
         texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         counts = [int((row != self.tokenizer.pad_token_id).sum()) for row in rows]
-        return list(zip(texts, counts, prompt_counts))
+        token_logprobs = logprobs.per_token(output)
+        ends = [self._generated_length(row.tolist()) for row in rows]
+        return [
+            Generated(text, count, prompt_count, "stop" if stopped else "length",
+                      float(token_logprobs[i, :length].sum()) if length else 0.0)
+            for i, (text, count, prompt_count, (length, stopped))
+            in enumerate(zip(texts, counts, prompt_counts, ends))
+        ]
+
+    def _generated_length(self, tokens: list[int]) -> tuple[int, bool]:
+        """(tokens the row generated, its end-of-sequence token included; whether it
+        ended there): a row without one ran into its ``max_tokens``, as vLLM's
+        ``finish_reason: length``."""
+        if self._eos_ids is None:
+            configured = self.model.generation_config.eos_token_id
+            if configured is None:
+                configured = self.tokenizer.eos_token_id
+            ids = configured if isinstance(configured, list) else [configured]
+            self._eos_ids = frozenset(i for i in ids if i is not None)
+        for position, token in enumerate(tokens):
+            if token in self._eos_ids:
+                return position + 1, True
+        return len(tokens), False
 
     def _generate_isolating_failures(
         self, prompts: Sequence[Any], params: dict[str, Any]
-    ) -> list[tuple[str, int, int] | BaseException]:
+    ) -> list[Generated | BaseException]:
         try:
             return self._generate(prompts, params)
         except Exception:  # noqa: BLE001 - retried row by row to find the culprit
             if len(prompts) == 1:
                 raise
-        results: list[tuple[str, int, int] | BaseException] = []
+        results: list[Generated | BaseException] = []
         for prompt in prompts:
             try:
                 results.extend(self._generate([prompt], params))
@@ -260,7 +289,7 @@ class TransformersChatEngine:
 
     def _answer_group(
         self, prompts: Sequence[Any], params: dict[str, Any], params_key: str
-    ) -> list[tuple[str, int, int] | BaseException]:
+    ) -> list[Generated | BaseException]:
         """Answers for prompts sharing sampling params, each distinct prompt computed once.
 
         At temperature 0 a prompt seen before, in this batch or an earlier one on
@@ -276,7 +305,7 @@ class TransformersChatEngine:
                 if (k := self._prompt_key(p)) is not None else None
                 for p in prompts
             ]
-        results: list[tuple[str, int, int] | BaseException | None] = [None] * len(prompts)
+        results: list[Generated | BaseException | None] = [None] * len(prompts)
         first_of: dict[bytes, int] = {}
         todo: list[int] = []
         for i, key in enumerate(keys):
@@ -302,7 +331,7 @@ class TransformersChatEngine:
                 results[i] = results[first_of[key]]
         return [r for r in results if r is not None]  # every one is set by now
 
-    def _remember(self, key: bytes, answer: tuple[str, int, int]) -> None:
+    def _remember(self, key: bytes, answer: Generated) -> None:
         self._answers[key] = answer
         if len(self._answers) > ANSWERS_KEPT:
             self._answers.popitem(last=False)
@@ -310,9 +339,7 @@ class TransformersChatEngine:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         size = len(batch[MESSAGES_COLUMN])
         errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
-        generated: list[str | None] = [None] * size
-        token_counts: list[int | None] = [None] * size
-        prompt_token_counts: list[int | None] = [None] * size
+        answers: list[Generated | None] = [None] * size
         groups: dict[str, list[tuple[int, Any]]] = {}
         group_params: dict[str, dict[str, Any]] = {}
         todo = [i for i in range(size) if not errors[i]]
@@ -332,16 +359,72 @@ class TransformersChatEngine:
                 if isinstance(result, BaseException):
                     errors[i] = f"engine error: {type(result).__name__}: {result}"
                 else:
-                    generated[i], token_counts[i], prompt_token_counts[i] = result
+                    answers[i] = result
         # The prompt columns are consumed here; carrying them on only costs memory.
         batch.pop(MESSAGES_COLUMN)
         batch.pop(SAMPLING_PARAMS_COLUMN, None)
-        batch["generated_text"] = object_column(generated)
-        # Ray Data LLM's vLLM stage names its token counts the same way.
-        batch["num_input_tokens"] = object_column(prompt_token_counts)
-        batch["num_generated_tokens"] = object_column(token_counts)
+        for column, field in _ANSWER_COLUMNS:
+            batch[column] = object_column([getattr(a, field) if a else None for a in answers])
         batch[ERROR_COLUMN] = object_column(errors)
         return batch
+
+
+class Generated(NamedTuple):
+    """What the engine generated for one row."""
+
+    text: str
+    tokens: int
+    prompt_tokens: int
+    finish_reason: str
+    logprob: float
+
+
+#: Row columns -> Generated fields. Ray Data LLM's vLLM stage names its text and
+#: token counts the same way; finish_reason is OpenAI's and vLLM's name.
+_ANSWER_COLUMNS = (
+    (GENERATED_TEXT_COLUMN, "text"),
+    ("num_input_tokens", "prompt_tokens"),
+    ("num_generated_tokens", "tokens"),
+    (FINISH_REASON_COLUMN, "finish_reason"),
+    (GENERATED_LOGPROB_COLUMN, "logprob"),
+)
+
+
+class TokenLogprobs:
+    """A logits processor that records each generated token's log-probability as the
+    model scored it after the processors before it (the structured-output mask), so
+    a constrained answer's probability is over the answers the constraint allows.
+
+    The token chosen at a step is known only at the next call (or from the output,
+    for the last step), so one step's log-softmax is kept meanwhile, not all of them.
+    """
+
+    def __init__(self, prompt_len: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.prompt_len = prompt_len
+        self._last: Any = None
+        self._steps: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        self._record(input_ids)
+        self._last = self.torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _record(self, sequences: Any) -> None:
+        position = self.prompt_len + len(self._steps)
+        if self._last is not None and sequences.shape[1] > position:
+            chosen = sequences[:, position:position + 1].to(self._last.device)
+            self._steps.append(self._last.gather(1, chosen).squeeze(1))
+            self._last = None
+
+    def per_token(self, output: Any) -> Any:
+        """(rows x generated tokens) log-probabilities, after ``generate`` returned."""
+        self._record(output)
+        if not self._steps:
+            return self.torch.zeros((output.shape[0], 0))
+        return self.torch.stack(self._steps, dim=1).cpu()
 
 
 class GrammarLogitsProcessor:

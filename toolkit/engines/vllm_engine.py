@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.model_source import resolve_model_source
 from toolkit.engines.kinds.vllm import CPU_BACKEND_STAGE_CPUS, CPU_KV_CACHE_GIB, VllmSettings
+from toolkit.spec.row_contract import GENERATED_LOGPROB_COLUMN, SAMPLING_PARAMS_COLUMN
 
 logger = logging.getLogger(__name__)
 
@@ -143,4 +144,36 @@ def apply_vllm_engine(
     multimodal: bool = False,
     samples: "SampleProvider | None" = None,
 ) -> "Dataset":
-    return build_vllm_processor(engine, multimodal=multimodal, samples=samples)(ds)
+    """Chat generation through the processor, with each choice answer's log-probability
+    (``generated_logprob``: the job's ``<column>_confidence``)."""
+    ds = ds.map(ask_for_choice_logprobs)
+    ds = build_vllm_processor(engine, multimodal=multimodal, samples=samples)(ds)
+    return ds.map(sum_answer_logprobs)
+
+
+def ask_for_choice_logprobs(row: dict[str, Any]) -> dict[str, Any]:
+    """A row whose answer is one of a list also asks vLLM for its tokens' log-probabilities
+    (``logprobs: 0``: the sampled token's alone). vLLM computes them from the logits the
+    structured-output mask has already cut to the choices, as the transformers engine does."""
+    params = row.get(SAMPLING_PARAMS_COLUMN)
+    constraint = params.get("structured_outputs") if isinstance(params, dict) else None
+    if isinstance(constraint, dict) and constraint.get("choice") is not None:
+        row[SAMPLING_PARAMS_COLUMN] = {**params, "logprobs": 0}
+    return row
+
+
+def sum_answer_logprobs(row: dict[str, Any]) -> dict[str, Any]:
+    """``generated_logprob``: the summed log-probabilities of the generated tokens, from
+    the ``logprobs`` Ray Data LLM passes on (one ``{token id: {"logprob": ...}}`` per
+    token); None where vLLM sent none. The bulky per-token column is dropped here."""
+    per_token = row.pop("logprobs", None)
+    tokens = row.get("generated_tokens")
+    total = None
+    if per_token is not None and tokens is not None and len(per_token) == len(tokens):
+        try:
+            total = float(sum(float(entry[int(token)]["logprob"])
+                              for entry, token in zip(per_token, tokens)))
+        except (KeyError, TypeError, ValueError):
+            total = None
+    row[GENERATED_LOGPROB_COLUMN] = total
+    return row

@@ -24,19 +24,18 @@ and is never refused up front.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import dataclasses
 import json
 import math
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from toolkit.errors import ResourcesUnavailableError
-from toolkit.run.progress_model import Clock, format_duration, polling
+from toolkit.run.progress_model import Clock, format_duration
+from toolkit.run.run_stop import StopOutcome, stopping_when
 
 if TYPE_CHECKING:
     from toolkit.spec.models import JobSpec
@@ -446,19 +445,12 @@ class ResourceWatch:
         return next((r for r in self.requests if r.matches(bundle)), None)
 
 
-@dataclass
-class WatchOutcome:
-    """Set by :func:`watching_resources` when it stopped the run."""
-
-    stopped_with: ResourcesUnavailableError | None = None
-
-
 @contextlib.contextmanager
 def watching_resources(
     spec: JobSpec,
     on_notice: Callable[[str], None] | None,
     *,
-    outcome: WatchOutcome,
+    outcome: StopOutcome,
     interval_s: float = WATCH_INTERVAL_S,
     read: Callable[[], ClusterState] = read_cluster_state,
     clock: Clock = time.monotonic,
@@ -466,30 +458,16 @@ def watching_resources(
     """Watch the cluster for this run's requests while the block runs.
 
     Notices go to ``on_notice`` (from a background thread). When the watch gives up,
-    the main thread is interrupted as Ctrl-C would (Ray Data stops its execution),
-    and the caller turns the ``KeyboardInterrupt`` into ``outcome.stopped_with``
-    (it may arrive just after the block, so the caller catches it around the
-    ``with``); outside the main thread it only tells.
+    the run is stopped as :func:`~toolkit.run.run_stop.stopping_when` does, with
+    ``outcome.stopped_with`` a :class:`ResourcesUnavailableError`.
     """
     watch = ResourceWatch(run_requests(spec), spec.compute.resource_wait_s, clock)
-    lock = threading.Lock()
-    done = False
-    can_interrupt = threading.current_thread() is threading.main_thread()
 
-    def look() -> None:
+    def judge() -> ResourcesUnavailableError | None:
         notice, give_up = watch.look(read())
         if notice and on_notice is not None:
             on_notice(notice)
-        if give_up is not None and can_interrupt:
-            with lock:
-                if not done and outcome.stopped_with is None:
-                    outcome.stopped_with = give_up
-                    _thread.interrupt_main()
+        return give_up
 
-    stop = polling(look, interval_s, join_timeout_s=15.0)
-    try:
+    with stopping_when(judge, outcome, interval_s=interval_s):
         yield
-    finally:
-        with lock:
-            done = True
-        stop()

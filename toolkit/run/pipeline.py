@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import StageInputs, apply_engine
-from toolkit.run.cluster_fit import WatchOutcome, watching_resources
+from toolkit.run.cluster_fit import watching_resources
 from toolkit.run.input_checks import check_written_columns
 from toolkit.run.input_data import check_required_columns
 from toolkit.run.model_stages import (
@@ -27,15 +27,28 @@ from toolkit.run.model_stages import (
 from toolkit.run.preflight import PreparedRun, preflight
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_formats import run_format
+from toolkit.run.progress_sources import WrittenRows
+from toolkit.run.run_stop import StopOutcome, stopping_when
+from toolkit.run.stop_loss import STOP_LOSS_INTERVAL_S, StopLossWatch
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
+from toolkit.run.row_checks import RowChecks, row_checks
 from toolkit.run.task_rows import prepare_task_row
-from toolkit.run.summary import TOKEN_COLUMNS, RunSummary, read_summary, summarize_output
+from toolkit.run.summary import (
+    TOKEN_COLUMNS,
+    RunSummary,
+    attempt_summaries,
+    read_summary,
+    summarize_output,
+)
 from toolkit.spec.catalog import USER_MODULE_PREFIX
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, SamplingConfig
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
+    FAILED_CHECKS_COLUMN,
+    FINISH_REASON_COLUMN,
     GENERATED_TEXT_COLUMN,
+    MAX_TOKENS_COLUMN,
     MESSAGES_COLUMN,
     RAY_LLM_ERROR_COLUMN,
     SAMPLING_PARAMS_COLUMN,
@@ -96,6 +109,7 @@ def prepare_row(
         out[ERROR_COLUMN] = f"preprocess: {exc}"
     out[RAY_LLM_ERROR_COLUMN] = out[ERROR_COLUMN] or ""
     out[SAMPLING_PARAMS_COLUMN] = row_sampling_params(sampling_params, own_params)
+    out[MAX_TOKENS_COLUMN] = out[SAMPLING_PARAMS_COLUMN].get("max_tokens")
     return out
 
 
@@ -131,15 +145,21 @@ def finish_row(
     options: Any,
     result_columns: list[str],
     engine_output: str = GENERATED_TEXT_COLUMN,
+    checks: RowChecks | None = None,
 ) -> dict[str, Any]:
     """Apply the job's postprocess and fold every error shape into ``error``.
 
     ``engine_output`` is the column the task's engine adds (``generated_text``,
-    ``label``, ``embedding``...); a good row without it is an error row."""
+    ``label``, ``embedding``...); a good row without it is an error row. With
+    ``checks`` (the last stage of a generate job) the row also gets its
+    ``finish_reason`` and ``failed_checks`` (see :mod:`toolkit.run.row_checks`)."""
     error = row_error(row.get(ERROR_COLUMN)) or row_error(row.get(RAY_LLM_ERROR_COLUMN))
     results: dict[str, Any] = dict.fromkeys(result_columns)
+    answered = error is None and row.get(engine_output) is not None
+    rejected = False
+    finish = checks.finish_reason(row) if checks is not None and answered else "error"
     if error is None:
-        if row.get(engine_output) is None:
+        if not answered:
             error = ("engine returned no text for this row" if engine_output == GENERATED_TEXT_COLUMN
                      else f"engine returned no {engine_output} for this row")
         else:
@@ -147,23 +167,37 @@ def finish_row(
                 produced = postprocess(row, options)
                 results.update({c: produced.get(c) for c in result_columns})
             except Exception as exc:  # noqa: BLE001 - recorded on the row
+                rejected = True
                 error = f"postprocess: {exc}"
+                if checks is not None and finish == "length":
+                    error = checks.truncated_error(row, str(row.get(engine_output)))
+    failed: list[str] = []
+    if checks is not None and answered:
+        failed = checks.failed(row, str(row.get(engine_output)), finish, results, rejected)
     if error is not None:
         results = dict.fromkeys(result_columns)
-    return {**results, ERROR_COLUMN: str(error) if error is not None else None}
+    out = {**results, ERROR_COLUMN: str(error) if error is not None else None}
+    if checks is not None:
+        out[FINISH_REASON_COLUMN] = finish
+        out[FAILED_CHECKS_COLUMN] = ",".join(failed) or None
+    return out
 
 
 def output_schema(
-    input_schema: "pa.Schema", result_columns: dict[str, str], dropped: Sequence[str] = ()
+    input_schema: "pa.Schema", result_columns: dict[str, str], dropped: Sequence[str] = (),
+    checked: bool = False,
 ) -> "pa.Schema":
-    """Input columns, then result columns, then the engine's token counts
+    """Input columns, then result columns, then (``checked``: a generate job's)
+    ``finish_reason`` and ``failed_checks``, then the engine's token counts
     (``num_input_tokens``, ``num_generated_tokens``; null where the engine did not
     run the row), then ``error``: the same in every file."""
     import pyarrow as pa
 
-    skip = {*result_columns, *dropped, *TOKEN_COLUMNS, ERROR_COLUMN}
+    answer_columns = [FINISH_REASON_COLUMN, FAILED_CHECKS_COLUMN] if checked else []
+    skip = {*result_columns, *dropped, *TOKEN_COLUMNS, *answer_columns, ERROR_COLUMN}
     fields = [f.with_nullable(True) for f in input_schema if f.name not in skip]
     fields += [pa.field(name, arrow_type(alias)) for name, alias in result_columns.items()]
+    fields += [pa.field(name, pa.string()) for name in answer_columns]
     fields += [pa.field(name, pa.int64()) for name in TOKEN_COLUMNS]
     fields.append(pa.field(ERROR_COLUMN, pa.string()))
     return pa.schema(fields)
@@ -181,6 +215,7 @@ def finish_batch(
     result_columns: list[str],
     strict_id_column: str | None = None,
     engine_output: str = GENERATED_TEXT_COLUMN,
+    checks: RowChecks | None = None,
 ) -> "pa.Table":
     """Postprocess a batch and cast it to the fixed output schema.
 
@@ -196,7 +231,7 @@ def finish_batch(
         out = {name: row.get(name) for name in schema.names}
         if row_error(row.get(ERROR_COLUMN)):  # rejected before the engine: no token counts
             out.update(dict.fromkeys(TOKEN_COLUMNS))
-        out.update(finish_row(row, postprocess, options, result_columns, engine_output))
+        out.update(finish_row(row, postprocess, options, result_columns, engine_output, checks))
         if strict_id_column is not None and out[ERROR_COLUMN] is not None:
             raise StrictModeError(
                 f"--strict: row {strict_id_column}={row.get(strict_id_column)!r} failed: "
@@ -267,14 +302,16 @@ def apply_model_stages(
         columns = stage.result_columns(options)
         results.update(columns)
         last = index == len(stages) - 1
+        checked = last and contract.chat
         ds = ds.map_batches(finish_batch, fn_kwargs={
             "postprocess": stage.postprocess,
             "options": options,
-            "schema": output_schema(input_schema, results, dropped) if last
+            "schema": output_schema(input_schema, results, dropped, checked) if last
             else between_stages_schema(input_schema, results),
             "result_columns": list(columns),
             "engine_output": contract.main_output,
             "strict_id_column": spec.data.id_column if spec.strict else None,
+            "checks": row_checks(spec, job) if checked else None,
         }, batch_format="pyarrow")
     return ds
 
@@ -360,13 +397,17 @@ def run_pipeline(
         write_id = run_dir.begin_write()
         # Rows stream from here; the engine's workers load the model as the first come.
         phase("loading the model")
-        watch = WatchOutcome()
+        stopped = StopOutcome()
+        stop_loss = StopLossWatch(spec, WrittenRows(run_dir, spec.data.output_format, write_id),
+                                  first_error=lambda: first_error(run_dir, spec))
         try:
-            with watching_resources(spec, on_notice, outcome=watch):
+            with watching_resources(spec, on_notice, outcome=stopped), \
+                    stopping_when(stop_loss, stopped, interval_s=STOP_LOSS_INTERVAL_S):
                 write_results(ds, run_dir, spec.data.output_format, write_id)
         except KeyboardInterrupt:
-            if watch.stopped_with is not None:
-                raise watch.stopped_with from None
+            if stopped.stopped_with is not None:
+                run_dir.end_write(write_id)
+                raise stopped.stopped_with from None
             raise
     # Rows this run wrote, counted from the files' own metadata.
     rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
@@ -375,15 +416,33 @@ def run_pipeline(
     finished_note = run_format(spec.data).finish(spec, run_dir)
     if finished_note:
         notes.append(finished_note)
-    if state is RunState.PARTIAL:
+    manifest = run_dir.read_manifest()
+    retrying = manifest is not None and bool(manifest.attempts) \
+        and manifest.attempts[-1].get("state") == "running"
+    if retrying:
+        notes.append(f"Retry attempt {manifest.attempts[-1]['attempt']}: {rows_this_run:,} rows "
+                     f"run again, {rows_before:,} kept from earlier attempts.")
+    elif state is RunState.PARTIAL:
         notes.append(f"Resumed: {rows_before:,} rows were already written by an earlier run.")
     summary = summarize_output(
         job, spec, run_dir, seconds=time.monotonic() - started,
         rows_in=rows_before + rows_this_run, rows_this_run=rows_this_run, notes=notes,
-        log_file=log_file,
+        log_file=log_file, attempts=attempt_summaries(manifest),
     )
     run_dir.finish()
     return summary
+
+
+def first_error(run_dir: RunDirectory, spec: JobSpec) -> str | None:
+    """One error row's message from the results written so far (None: none, or unreadable)."""
+    import pyarrow.compute as pc
+
+    try:
+        table = run_dir.open_results(spec.data.output_format).head(
+            1, columns=[ERROR_COLUMN], filter=pc.field(ERROR_COLUMN).is_valid())
+    except Exception:  # noqa: BLE001 - a file mid-write: the message goes without an example
+        return None
+    return table.column(0)[0].as_py() if table.num_rows else None
 
 
 def write_results(ds: "Dataset", run_dir: RunDirectory, file_format: str, write_id: str) -> None:

@@ -19,6 +19,7 @@ from toolkit.errors import SpecError
 from toolkit.run.input_checks import check_written_columns
 from toolkit.run.input_data import HF_PREFIX
 from toolkit.run.model_stages import clashing_result_columns
+from toolkit.run.row_checks import custom_check_file
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_formats import run_format
 from toolkit.spec.engine_kinds import engine_kind
@@ -66,6 +67,7 @@ def preflight(
     if clashes:
         raise SpecError(f"Job {job.name}: two model stages write the same result column: "
                         f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
+    custom_check_file(spec, job)  # the user's own check is a function of the project
     for _, engine in spec.model_stages:
         if engine_kind(engine).loads_checkpoint:  # a file or class is checked as it loads
             check_model_source(engine.model, samples)

@@ -30,6 +30,7 @@ from toolkit.run.progress_model import (
     Clock,
     Progress,
     ProgressReporter,
+    checks_text,
     format_duration,
     polling,
 )
@@ -65,6 +66,9 @@ def format_progress(progress: Progress, interactive: bool, width: int = 80) -> s
         eta = f"ETA {format_duration(p.eta_seconds)}" if p.eta_seconds is not None else "ETA ?"
     errors = (f"{p.error_rows:,} error{'' if p.error_rows == 1 else 's'}"
               if p.error_rows is not None else None)
+    failed = checks_text(p.checks, p.rows_done)
+    if errors and failed:
+        errors = f"{errors} (failed checks: {failed})"
     rate = f"{p.rows_per_second:,.1f} rows/s" if p.rows_per_second is not None else "? rows/s"
     if p.phase is not None:  # no row yet: rows/s and the ETA would say nothing
         rate, eta = p.phase, None

@@ -53,6 +53,7 @@ class Progress:
         finished: The run wrote its last row.
         phase: What the run is doing while no row has come yet (``starting Ray``,
             ``reading the input``, ``loading the model``); None once rows come.
+        checks: Rows that failed each check so far, by name (generate jobs).
     """
 
     rows_done: int | None = None
@@ -64,6 +65,7 @@ class Progress:
     elapsed_seconds: float | None = None
     finished: bool = False
     phase: str | None = None
+    checks: tuple[tuple[str, int], ...] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The ``progress`` object of ``toolkit status --output json``."""
@@ -73,6 +75,7 @@ class Progress:
             "rows_per_second": self.rows_per_second,
             "eta_seconds": self.eta_seconds,
             "source": self.source,
+            "checks": dict(self.checks or ()),
         }
 
     def describe(self) -> str:
@@ -87,6 +90,9 @@ class Progress:
             parts.append(f"{self.rows_per_second:,.1f} rows/s")
         if self.eta_seconds is not None:
             parts.append(f"ETA {format_duration(self.eta_seconds)}")
+        failed = checks_text(self.checks, self.rows_done)
+        if failed:
+            parts.append(f"failed checks: {failed}")
         return ", ".join(parts)
 
 
@@ -137,9 +143,51 @@ class RateWindow:
         return rows_per_second(r1 - r0, t1 - t0)
 
 
+@dataclass(frozen=True)
+class RowCounts:
+    """Rows written so far, and how many of them failed.
+
+    Attributes:
+        rows: Rows written, with a result or an error.
+        errors: Rows written with an error.
+        failing: Rows that failed: an error or a failed check (the stop-loss's count).
+        checks: Rows that failed each check, by check name (a row may fail several).
+    """
+
+    rows: int
+    errors: int
+    failing: int | None = None
+    checks: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def failed_rows(self) -> int:
+        return self.errors if self.failing is None else self.failing
+
+    def __add__(self, other: "RowCounts") -> "RowCounts":
+        checks = dict(self.checks)
+        for name, count in other.checks:
+            checks[name] = checks.get(name, 0) + count
+        return RowCounts(self.rows + other.rows, self.errors + other.errors,
+                         self.failed_rows + other.failed_rows, tuple(sorted(checks.items())))
+
+
+def row_counts(counted: "RowCounts | tuple[int, int]") -> RowCounts:
+    """A counter's answer as :class:`RowCounts` (a plain ``(rows, errors)`` pair too)."""
+    return counted if isinstance(counted, RowCounts) else RowCounts(*counted)
+
+
+def checks_text(checks: tuple[tuple[str, int], ...] | None, rows: int | None) -> str | None:
+    """``truncated 212 (100%), empty 3 (1%)``: rows failing each check, most first."""
+    if not checks or not rows:
+        return None
+    ranked = sorted((c for c in checks if c[1]), key=lambda c: -c[1])
+    return ", ".join(f"{name} {count:,} ({100 * count / rows:.0f}%)" for name, count in ranked) \
+        or None
+
+
 class RowCounter(Protocol):
-    def __call__(self) -> tuple[int, int]:
-        """(rows, error rows) written so far."""
+    def __call__(self) -> "RowCounts | tuple[int, int]":
+        """Rows written so far: :class:`RowCounts`, or (rows, error rows)."""
         ...
 
 
@@ -184,7 +232,8 @@ class ProgressReporter:
             self._total = self._find_total()
             if self._total is not None:
                 self._find_total = None
-        done, errors = self._count_rows()
+        counts = row_counts(self._count_rows())
+        done, errors = counts.rows, counts.errors
         now = self._clock()
         if self._first_look:
             # A resumed run starts with rows already written: its rate counts from them.
@@ -205,7 +254,8 @@ class ProgressReporter:
         return Progress(rows_done=done, rows_total=total, rows_per_second=rate, eta_seconds=eta,
                         source="output", error_rows=errors,
                         elapsed_seconds=max(0.0, now - self._started), finished=finished,
-                        phase=self.phase if waiting else None)
+                        phase=self.phase if waiting else None,
+                        checks=counts.checks or None)
 
 
 def polling(look: Callable[[], None], interval_s: float, *,

@@ -26,14 +26,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from toolkit.run.input_data import HF_PREFIX, input_format
-from toolkit.run.progress_model import Progress
+from toolkit.run.progress_model import Progress, RowCounts
 from toolkit.run.run_directory import RESULT_FILE_PREFIX, RunDirectory
 from toolkit.run.run_formats import run_format
 from toolkit.spec.models import DataConfig, JobSpec
-from toolkit.spec.row_contract import ERROR_COLUMN
+from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN
 from toolkit.spec.sample_sources import sample_name
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
 
@@ -104,22 +105,25 @@ def _data_config(spec: JobSpec | Mapping[str, Any]) -> DataConfig | None:
 
 
 class WrittenRows:
-    """Counts rows and error rows in a run directory's result files.
+    """Counts rows, error rows and failed checks in a run directory's result files.
 
     A file still being written (no Parquet footer yet) is skipped until it is
     complete; a CSV/JSON file is recounted while it grows. Before the run has
     written its manifest the count is what was counted before (0 at first).
     """
 
-    def __init__(self, run_dir: RunDirectory | str, file_format: str | None = None) -> None:
+    def __init__(self, run_dir: RunDirectory | str, file_format: str | None = None,
+                 write_id: str | None = None) -> None:
         """
         Args:
             run_dir: The run directory, or its location (opened on the first count).
             file_format: ``data.output_format``; default: the manifest's.
+            write_id: Count only the files of this write (the rows this run wrote).
         """
         self._run_dir = run_dir
         self.file_format = file_format
-        self._counted: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
+        self.write_id = write_id
+        self._counted: dict[str, tuple[tuple[int, int], RowCounts]] = {}
 
     @property
     def run_dir(self) -> RunDirectory:
@@ -127,7 +131,7 @@ class WrittenRows:
             self._run_dir = RunDirectory(self._run_dir)
         return self._run_dir
 
-    def __call__(self) -> tuple[int, int]:
+    def __call__(self) -> RowCounts:
         import pyarrow.fs
 
         run_dir = self.run_dir
@@ -136,11 +140,12 @@ class WrittenRows:
             return self._totals(set(self._counted))
         if self.file_format is None:
             self.file_format = (manifest.spec.get("data") or {}).get("output_format", "parquet")
+        prefix = f"{RESULT_FILE_PREFIX}{self.write_id}_" if self.write_id else RESULT_FILE_PREFIX
         selector = pyarrow.fs.FileSelector(run_dir.root, allow_not_found=True)
         present = set()
         for info in run_dir.fs.get_file_info(selector):
             name = info.base_name
-            if (info.type != pyarrow.fs.FileType.File or not name.startswith(RESULT_FILE_PREFIX)
+            if (info.type != pyarrow.fs.FileType.File or not name.startswith(prefix)
                     or not manifest.owns(name)):
                 continue
             present.add(info.path)
@@ -153,11 +158,14 @@ class WrittenRows:
                 self._counted[info.path] = (stamp, counts)
         return self._totals(present)
 
-    def _totals(self, paths: set[str]) -> tuple[int, int]:
-        counts = [self._counted[p][1] for p in paths if p in self._counted]
-        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+    def _totals(self, paths: set[str]) -> RowCounts:
+        total = RowCounts(0, 0, 0)
+        for path in paths:
+            if path in self._counted:
+                total = total + self._counted[path][1]
+        return total
 
-    def _count_file(self, path: str) -> tuple[int, int] | None:
+    def _count_file(self, path: str) -> RowCounts | None:
         try:
             with self.run_dir.fs.open_input_file(path) as stream:
                 if self.file_format == "parquet":
@@ -167,26 +175,48 @@ class WrittenRows:
                 table = _read_text_table(stream, self.file_format or "parquet")
         except Exception:  # noqa: BLE001 - a file mid-write; counted on a later poll
             return None
-        errors = table.column(ERROR_COLUMN).null_count if ERROR_COLUMN in table.column_names \
-            else table.num_rows
-        return table.num_rows, table.num_rows - errors
+        return table_counts(table)
 
 
-def _parquet_counts(file: "pq.ParquetFile") -> tuple[int, int]:
-    """(rows, error rows) from the footer: row count and the error column's null count."""
+def table_counts(table: "pa.Table") -> RowCounts:
+    """Rows, error rows, failing rows and each check's failures of a result table."""
+    import pyarrow.compute as pc
+
+    names = table.column_names
+    errors = table.column(ERROR_COLUMN).null_count if ERROR_COLUMN in names else table.num_rows
+    error_rows = table.num_rows - errors
+    if FAILED_CHECKS_COLUMN not in names:
+        return RowCounts(table.num_rows, error_rows, error_rows)
+    failed = table.column(FAILED_CHECKS_COLUMN)
+    bad = pc.is_valid(failed)
+    if ERROR_COLUMN in names:
+        bad = pc.or_(bad, pc.is_valid(table.column(ERROR_COLUMN)))
+    checks: dict[str, int] = {}
+    for text in failed.drop_null().to_pylist():
+        for name in text.split(","):
+            checks[name] = checks.get(name, 0) + 1
+    return RowCounts(table.num_rows, error_rows, int(pc.sum(bad).as_py() or 0),
+                     tuple(sorted(checks.items())))
+
+
+def _parquet_counts(file: "pq.ParquetFile") -> RowCounts:
+    """Rows and error rows from the footer (row count, the error column's null count);
+    a file with failed checks is read for them (two small columns)."""
     meta = file.metadata
     paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    if FAILED_CHECKS_COLUMN in paths:
+        columns = [c for c in (ERROR_COLUMN, FAILED_CHECKS_COLUMN) if c in paths]
+        return table_counts(file.read(columns=columns))
     if ERROR_COLUMN not in paths:
-        return meta.num_rows, 0
+        return RowCounts(meta.num_rows, 0, 0)
     column = paths.index(ERROR_COLUMN)
     nulls = 0
     for group in range(meta.num_row_groups):
         stats = meta.row_group(group).column(column).statistics
         if stats is None or not stats.has_null_count:  # a writer without statistics
-            errors = file.read(columns=[ERROR_COLUMN]).column(0)
-            return meta.num_rows, len(errors) - errors.null_count
+            return table_counts(file.read(columns=[ERROR_COLUMN]))
         nulls += stats.null_count
-    return meta.num_rows, meta.num_rows - nulls
+    return RowCounts(meta.num_rows, meta.num_rows - nulls, meta.num_rows - nulls)
 
 
 def _read_text_table(stream: object, file_format: str) -> Any:
@@ -194,7 +224,8 @@ def _read_text_table(stream: object, file_format: str) -> Any:
         import pyarrow.csv as pacsv
 
         return pacsv.read_csv(stream, convert_options=pacsv.ConvertOptions(
-            include_columns=[ERROR_COLUMN], strings_can_be_null=True))
+            include_columns=[ERROR_COLUMN, FAILED_CHECKS_COLUMN],
+            include_missing_columns=True, strings_can_be_null=True))
     import pyarrow.json as pajson
 
     return pajson.read_json(stream)
@@ -231,11 +262,11 @@ class OutputRows:
             manifest = run_dir.read_manifest()
             if manifest is None:
                 return None
-            done, errors = self._counter()
+            counts = self._counter()
         except Exception:  # noqa: BLE001 - unreachable storage just means "can't tell from here"
             return None
         if self._total is None:  # until known: a batch file's requests are counted once staged
             self._total = expected_rows(manifest.spec, self.sample_rows, run_dir=run_dir,
                                         inputs_here=self.inputs_here)
-        return Progress(rows_done=done, rows_total=self._total, error_rows=errors,
-                        source="output")
+        return Progress(rows_done=counts.rows, rows_total=self._total,
+                        error_rows=counts.errors, source="output", checks=counts.checks or None)

@@ -75,6 +75,7 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "engine.headers_from_env",
     "compute",
     "strict",
+    "stop_loss",
 )
 #: vLLM engine arguments that only change speed or memory, never a token.
 RESULT_NEUTRAL_ENGINE_KWARGS: tuple[str, ...] = (
@@ -133,6 +134,9 @@ class Manifest:
     #: Bookkeeping paths the toolkit made here (a folder covers what is in it),
     #: recorded before each is written.
     made: list[str] = field(default_factory=list)
+    #: The first run and each ``toolkit retry`` (see :mod:`toolkit.run.retry`);
+    #: empty until the first retry.
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def owns(self, name: str) -> bool:
         """Whether ``name`` (relative to the directory) was written by the toolkit."""
@@ -323,7 +327,7 @@ class RunDirectory:
                                 made=[n for n in manifest.made if n != STAGED_INPUT_DIR])
         if manifest is not None and not overwrite:
             if manifest.fingerprint != fingerprint:
-                changed = _changed_fields(manifest.spec, redact(spec.model_dump(mode="json")))
+                changed = changed_fields(manifest.spec, redact(spec.model_dump(mode="json")))
                 raise SpecError(
                     f"data.output: {self.location} holds results of a run with a different "
                     f"spec (changed: {', '.join(changed[:6]) or 'the job'}).",
@@ -442,6 +446,12 @@ class RunDirectory:
                 if self.exists(name):
                     self.fs.delete_dir(self._fs_path(name))
                 manifest.made.remove(name)
+        if manifest.attempts:
+            manifest.attempts[-1]["state"] = "done"
+        self._write_manifest(manifest)
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Replace the manifest (a retry records its attempt; see :mod:`toolkit.run.retry`)."""
         self._write_manifest(manifest)
 
     # -- JSON files --------------------------------------------------------------------
@@ -468,6 +478,7 @@ class RunDirectory:
         self.write_json(MANIFEST_FILE, {
             "fingerprint": manifest.fingerprint, "spec": redact(manifest.spec),
             "write_ids": manifest.write_ids, "files": manifest.files, "made": manifest.made,
+            **({"attempts": manifest.attempts} if manifest.attempts else {}),
         })
 
     def _require_manifest(self) -> Manifest:
@@ -501,14 +512,14 @@ def _resolve(location: str) -> tuple["pyarrow.fs.FileSystem", str]:
     return pyarrow.fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
 
 
-def _changed_fields(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
+def changed_fields(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
     """Dotted paths whose values differ between two spec dumps."""
     changed = []
     for key in sorted(set(before) | set(after)):
         path = f"{prefix}{key}"
         old, new = before.get(key), after.get(key)
         if isinstance(old, dict) and isinstance(new, dict):
-            changed += _changed_fields(old, new, path + ".")
+            changed += changed_fields(old, new, path + ".")
         elif old != new:
             changed.append(path)
     return [c for c in changed if not c.startswith(tuple(RESULT_NEUTRAL_FIELDS))]

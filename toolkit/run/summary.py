@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from toolkit.run.run_directory import SUMMARY_FILE, RunDirectory
+from toolkit.run.run_directory import SUMMARY_FILE, Manifest, RunDirectory
 from toolkit.spec.redaction import redact
-from toolkit.spec.row_contract import ERROR_COLUMN
+from toolkit.run.row_checks import CONFIDENCE_SUFFIX
+from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN
 
 if TYPE_CHECKING:
     from toolkit.spec.job_definition import JobDefinition
@@ -28,6 +29,36 @@ class StageSummary(BaseModel):
     num_cpus: float = Field(description="CPUs reserved per worker.")
     gpus_per_worker: int
     accelerator_type: str | None
+
+
+class CheckCount(BaseModel):
+    """Rows that failed one check."""
+
+    failed: int
+    rate: float = Field(description="failed / rows_written.")
+
+
+class ConfidenceSummary(BaseModel):
+    """How sure the model was of its answers in one ``*_confidence`` column."""
+
+    rows: int = Field(description="Rows with a confidence (answered rows).")
+    mean: float
+    p10: float
+    median: float
+    p90: float
+    histogram: list[int] = Field(description="Rows in ten bins of 0.1 from 0 to 1.")
+
+
+class Attempt(BaseModel):
+    """One pass over the output: the first run, then each ``toolkit retry``."""
+
+    attempt: int
+    rows: int = Field(description="Rows this attempt set out to (re)do; the first: every row.")
+    fingerprint: str
+    changed: list[str] = Field(default_factory=list,
+                               description="Spec fields this attempt changed from the one before.")
+    only: list[str] | None = Field(None, description="retry --only: the checks it redid.")
+    started: str | None = None
 
 
 class RunSummary(BaseModel):
@@ -75,6 +106,18 @@ class RunSummary(BaseModel):
         default_factory=dict, description="Job-specific figures, e.g. accuracy."
     )
     notes: list[str] = Field(default_factory=list)
+    checks: dict[str, CheckCount] = Field(
+        default_factory=dict,
+        description="Rows that failed each check (generate jobs; see spec.checks).")
+    failing_rows: int | None = Field(
+        None, description="Rows with an error or a failed check (what toolkit retry redoes).")
+    finish_reasons: dict[str, int] = Field(
+        default_factory=dict, description="Rows by finish_reason: stop, length, error.")
+    confidence: dict[str, ConfidenceSummary] = Field(
+        default_factory=dict, description="Each *_confidence column's distribution.")
+    attempts: list[Attempt] = Field(
+        default_factory=list, description="The first run and each retry, oldest first "
+        "(empty for a run never retried).")
     samples: list[dict[str, Any]] = Field(default_factory=list)
     first_errors: list[dict[str, Any]] = Field(default_factory=list)
     log_file: str | None = Field(
@@ -146,6 +189,7 @@ def summarize_output(
     rows_this_run: int | None = None,
     notes: list[str] | None = None,
     log_file: str | None = None,
+    attempts: list[Attempt] | None = None,
 ) -> RunSummary:
     """Count the written rows and errors, pick sample results, save ``_summary.json``.
 
@@ -164,7 +208,7 @@ def summarize_output(
     failed = pc.is_valid(errors[ERROR_COLUMN])
     rows_written = errors.num_rows
     error_rows = int(pc.sum(failed).as_py() or 0)
-    shown = [id_column, *result_columns]
+    shown = [c for c in (id_column, *result_columns) if c in dataset.schema.names]
     good = dataset.to_table(columns=shown, filter=pc.field(ERROR_COLUMN).is_null()).slice(0, 3)
     bad = errors.filter(failed).slice(0, 3)
     processed = rows_this_run if rows_this_run is not None else rows_written
@@ -177,6 +221,7 @@ def summarize_output(
             f"WARNING: {rows_in:,} rows came in but {rows_written:,} are in the output; "
             "the output may hold files of an interrupted write; rerun with --overwrite."
         )
+    quality = answer_quality(dataset, spec, rows_written)
     rows_per_second = round(processed / seconds, 2) if seconds > 0 else 0.0
     resumed = rows_this_run is not None and rows_this_run != rows_written
     summary = RunSummary(
@@ -193,6 +238,8 @@ def summarize_output(
         stages=stage_summaries(spec),
         smoke=spec.uses_sample_model,
         figures=figures,
+        **quality,
+        attempts=attempts or [],
         notes=notes,
         samples=good.to_pylist(),
         first_errors=bad.to_pylist(),
@@ -200,6 +247,58 @@ def summarize_output(
     )
     run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
     return summary
+
+
+def answer_quality(dataset: Any, spec: "JobSpec", rows: int) -> dict[str, Any]:
+    """The summary's checks, finish reasons and confidences, from the columns a generate
+    job writes (``failed_checks``, ``finish_reason``, ``*_confidence``); empty otherwise."""
+    import pyarrow.compute as pc
+
+    names = dataset.schema.names
+    confidence_columns = [c for c in names if c.endswith(CONFIDENCE_SUFFIX)]
+    present = [c for c in (FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN, ERROR_COLUMN) if c in names]
+    if FAILED_CHECKS_COLUMN not in names and not confidence_columns:
+        return {}
+    table = dataset.to_table(columns=[*present, *confidence_columns])
+    quality: dict[str, Any] = {}
+    if FAILED_CHECKS_COLUMN in names:
+        enabled = [*spec.checks.enabled, *([spec.checks.custom_name] if spec.checks.custom else [])]
+        counts = dict.fromkeys(enabled, 0)
+        for text in table[FAILED_CHECKS_COLUMN].drop_null().to_pylist():
+            for name in text.split(","):
+                counts[name] = counts.get(name, 0) + 1
+        quality["checks"] = {name: CheckCount(failed=n, rate=round(n / rows, 4) if rows else 0.0)
+                             for name, n in counts.items()}
+        failing = pc.is_valid(table[FAILED_CHECKS_COLUMN])
+        if ERROR_COLUMN in present:
+            failing = pc.or_(failing, pc.is_valid(table[ERROR_COLUMN]))
+        quality["failing_rows"] = int(pc.sum(failing).as_py() or 0)
+    if FINISH_REASON_COLUMN in names:
+        reasons = pc.value_counts(table[FINISH_REASON_COLUMN].drop_null())
+        quality["finish_reasons"] = {r["values"]: int(r["counts"]) for r in reasons.to_pylist()}
+    quality["confidence"] = {}
+    for column in confidence_columns:
+        values = table[column].drop_null()
+        if not len(values):
+            continue
+        p10, median, p90 = pc.quantile(values, q=[0.1, 0.5, 0.9]).to_pylist()
+        bins = pc.min_element_wise(pc.cast(pc.multiply(values, 10), "int64", safe=False), 9)
+        histogram = [0] * 10
+        for entry in pc.value_counts(bins).to_pylist():
+            histogram[int(entry["values"])] = int(entry["counts"])
+        quality["confidence"][column] = ConfidenceSummary(
+            rows=len(values), mean=round(pc.mean(values).as_py(), 4), p10=round(p10, 4),
+            median=round(median, 4), p90=round(p90, 4), histogram=histogram)
+    return quality
+
+
+def attempt_summaries(manifest: Manifest | None) -> list[Attempt]:
+    """The manifest's attempts (the first run, then each retry); empty: never retried."""
+    if manifest is None:
+        return []
+    return [Attempt.model_validate({key: attempt.get(key) for key in Attempt.model_fields
+                                    if attempt.get(key) is not None})
+            for attempt in manifest.attempts if attempt.get("rows") is not None]
 
 
 def read_summary(output: str) -> RunSummary | None:

@@ -22,6 +22,7 @@ def format_summary(summary: RunSummary) -> str:
     if summary.rows_this_run is not None and summary.rows_this_run != summary.rows_in:
         lines.append(f"  this run:      {summary.rows_this_run:,} rows processed")
     lines += _accounting_lines(summary)
+    lines += _quality_lines(summary)
     lines += _stage_lines(summary)
     for name, value in summary.figures.items():
         lines.append(f"  {name + ':':14} {value:,}")
@@ -59,6 +60,27 @@ def _accounting_lines(summary: RunSummary) -> list[str]:
     return lines
 
 
+def _quality_lines(summary: RunSummary) -> list[str]:
+    """Checks, finish reasons, confidences and retries (generate jobs)."""
+    lines = []
+    if summary.checks:
+        counts = ", ".join(f"{name} {c.failed:,}" for name, c in summary.checks.items())
+        lines.append(f"  checks:        {counts} ({summary.failing_rows or 0:,} rows failed "
+                     "a check or errored)")
+    if summary.finish_reasons:
+        lines.append("  finish:        " + ", ".join(
+            f"{reason} {count:,}" for reason, count in summary.finish_reasons.items()))
+    for column, c in summary.confidence.items():
+        lines.append(f"  confidence:    {column} median {c.median:.2f} "
+                     f"(p10 {c.p10:.2f}, p90 {c.p90:.2f}, mean {c.mean:.2f})")
+    if len(summary.attempts) > 1:
+        last = summary.attempts[-1]
+        changed = f", changed {', '.join(last.changed)}" if last.changed else ""
+        lines.append(f"  attempts:      {len(summary.attempts)} (the last redid "
+                     f"{last.rows:,} rows{changed})")
+    return lines
+
+
 def _stage_lines(summary: RunSummary) -> list[str]:
     """A multi-stage job's stages, each with the workers its own section gave it."""
     lines = ["  model stages:"] if summary.stages else []
@@ -73,5 +95,6 @@ def _stage_lines(summary: RunSummary) -> list[str]:
 
 
 def _one_line(row: dict) -> str:
-    text = ", ".join(f"{k}={v!r}" for k, v in row.items())
+    text = ", ".join(f"{k}={round(v, 3) if isinstance(v, float) else v!r}"
+                     for k, v in row.items())
     return text if len(text) <= 160 else text[:157] + "..."

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, SerializeAsAny, fie
 
 from toolkit.spec.engine_kinds import EngineSettings
 from toolkit.spec.engine_support import regex_problem
+from toolkit.spec.quality import ChecksConfig, StopLossConfig
 from toolkit.spec.strict_model import StrictModel
 
 SAMPLE_PREFIX = "sample:"
@@ -228,6 +229,20 @@ class JobSpec(StrictModel):
     )
     sampling: SamplingConfig
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    # Both left out of dumps while they hold the defaults, so older specs keep their hash.
+    checks: ChecksConfig = Field(
+        default_factory=ChecksConfig,
+        exclude_if=lambda value: value == ChecksConfig(),
+        description="Checks every answer of a generate job must pass (truncated, empty, "
+        "invalid; refusal patterns, a confidence floor and your own function on request). "
+        "Rows record what they failed in failed_checks; progress and the summary count them.",
+    )
+    stop_loss: StopLossConfig = Field(
+        default_factory=StopLossConfig,
+        exclude_if=lambda value: value == StopLossConfig(),
+        description="Stop a run early (exit 8, keeping what it wrote) when most of its "
+        "first rows fail; 'toolkit retry OUTPUT' then redoes only what failed.",
+    )
     strict: bool = Field(
         False,
         description=(

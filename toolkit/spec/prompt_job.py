@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, Regex, StrictModel
 from toolkit.spec.row_contract import ERROR_COLUMN, GENERATED_TEXT_COLUMN, MESSAGES_COLUMN
+from toolkit.spec.row_contract import GENERATED_LOGPROB_COLUMN
 from toolkit.spec.row_contract import SAMPLING_PARAMS_COLUMN, plain
 from toolkit.spec.template_sandbox import (
     BOUNDED_ENV,
@@ -359,10 +360,27 @@ def _property_types(schema: Mapping[str, Any]) -> tuple[str, bool]:
 
 
 def _columns_of(output: OutputConfig) -> dict[str, str]:
+    if output.choice is not None:  # a classification: how sure the model was, too
+        return {output.column: "string", confidence_column(output.column): "double"}
     if output.json_schema is None:
         return {output.column: "string"}
     properties = output.json_schema["properties"]
     return {name: _property_types(schema)[0] for name, schema in properties.items()}
+
+
+def confidence_column(column: str) -> str:
+    """``<column>_confidence``: the model's probability of the answer it gave."""
+    return f"{column}_confidence"
+
+
+def answer_confidence(row: Mapping[str, Any]) -> float | None:
+    """The probability of the generated answer, from the engine's summed token
+    log-probabilities (under the choice constraint's mask, so over the choices);
+    None where the engine reports none (an HTTP server that sent no logprobs)."""
+    logprob = row.get(GENERATED_LOGPROB_COLUMN)
+    if not isinstance(logprob, (int, float)) or math.isnan(logprob):
+        return None
+    return min(1.0, max(0.0, math.exp(logprob)))
 
 
 def result_columns(options: PromptJobOptions) -> dict[str, str]:
@@ -421,8 +439,10 @@ def postprocess(row: dict[str, Any], options: PromptJobOptions) -> dict[str, Any
     if output.json_schema is not None:
         return _parse_json(text, output.json_schema)
     answer = text.strip()
-    if output.choice is not None and answer not in output.choice:
-        raise ValueError(f"model answered {answer!r}, which is not one of the choices")
+    if output.choice is not None:
+        if answer not in output.choice:
+            raise ValueError(f"model answered {answer!r}, which is not one of the choices")
+        return {output.column: answer, confidence_column(output.column): answer_confidence(row)}
     if output.regex is not None and not re.fullmatch(output.regex, answer):
         raise ValueError(f"model answered {answer!r}, which does not match {output.regex!r}")
     return {output.column: answer}

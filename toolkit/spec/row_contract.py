@@ -18,6 +18,17 @@ SAMPLING_PARAMS_COLUMN = "sampling_params"
 GENERATED_TEXT_COLUMN = "generated_text"
 # Ray Data LLM's name for a failed row's message when should_continue_on_error is on.
 RAY_LLM_ERROR_COLUMN = "__inference_error__"
+#: Why generation ended: ``stop`` (the model finished), ``length`` (cut off at
+#: ``max_tokens``), ``error`` (the row failed). OpenAI's and vLLM's names.
+FINISH_REASON_COLUMN = "finish_reason"
+#: The generated tokens' summed log-probability, where the engine reports it (after
+#: the structured-output mask, so a choice's probability is over the choices).
+GENERATED_LOGPROB_COLUMN = "generated_logprob"
+#: The checks a row failed, comma-separated (null when it passed every one).
+FAILED_CHECKS_COLUMN = "failed_checks"
+#: The row's own token budget, kept beside its sampling params: Ray Data LLM's vLLM
+#: stage consumes those, and finish_reason is judged against it afterwards.
+MAX_TOKENS_COLUMN = "__max_tokens"
 
 
 def plain(value: Any) -> Any:
@@ -83,7 +94,9 @@ class TaskContract:
 
 
 TASK_CONTRACTS: dict[str, TaskContract] = {
-    "generate": TaskContract((MESSAGES_COLUMN,), {GENERATED_TEXT_COLUMN: "string"}),
+    "generate": TaskContract((MESSAGES_COLUMN,), {
+        GENERATED_TEXT_COLUMN: "string", FINISH_REASON_COLUMN: "string",
+        GENERATED_LOGPROB_COLUMN: "double", FAILED_CHECKS_COLUMN: "string"}),
     "classify": TaskContract((PROMPT_COLUMN,), {LABEL_COLUMN: "string", SCORE_COLUMN: "double"}),
     "embed": TaskContract((PROMPT_COLUMN,), {EMBEDDING_COLUMN: "list<float>"}),
     "image-classify": TaskContract((IMAGE_COLUMN, IMAGE_SIZE_COLUMN),

@@ -191,3 +191,39 @@ def _defines_call(statement: ast.stmt) -> bool:
     if isinstance(statement, ast.AnnAssign):
         return isinstance(statement.target, ast.Name) and statement.target.id == "__call__"
     return False
+
+
+def check_user_function(reference: str, field: str, *, base: Path,
+                        projects: Sequence[Path]) -> Path:
+    """A function a job names (``checks.custom: my_checks.py:plausible``) is a top-level
+    ``def`` in a ``.py`` file of the user's project, checked by reading its source.
+
+    Returns:
+        The file, resolved (relative paths are relative to ``base``).
+
+    Raises:
+        SpecError: (exit code 2) naming the reference and what is allowed.
+    """
+    where, sep, name = reference.rpartition(":")
+    if not sep or not where.endswith(".py") or not name.isidentifier():
+        raise SpecError(f"{field}: {reference!r} does not name a function in a .py file.",
+                        hint="Write it as my_checks.py:plausible (a file beside the job file).")
+    path = Path(where).expanduser()
+    path = (path if path.is_absolute() else base / path).resolve()
+    if not path.is_file():
+        raise SpecError(f"{field}: {where} does not exist (looked in {base}).",
+                        hint="A path is relative to the job file's folder.")
+    roots = [Path(p).resolve() for p in projects]
+    if not _in_project(path, roots):
+        raise SpecError(
+            f"{field}: {reference} is not in your project, so the toolkit won't call it.",
+            hint=f"Your project here is {', '.join(str(r) for r in roots)}; put the "
+            "function in a .py file there.")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        raise SpecError(f"{field}: can't read {where}: {exc}") from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == name for node in tree.body):
+        raise SpecError(f"{field}: {where} has no top-level function {name!r}.",
+                        hint=f"Define def {name}(row): returning None when the row passes.")
+    return path

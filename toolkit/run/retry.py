@@ -1,0 +1,297 @@
+"""``toolkit retry OUTPUT``: redo, in place, only the rows that failed.
+
+A retry is a new *attempt* on a run directory: the rows that failed (error rows,
+rows that failed a check, or only the checks named with ``--only``) are taken out of
+the result files and run again with the new settings, together with the rows a
+stopped run never reached; every other row stays as it was. Afterwards a plain
+reader (``pandas.read_parquet(OUTPUT)``) sees one row per id, the latest attempt's.
+
+It is built on the run's own resume, so it is exact under kills too:
+
+1. The attempt is recorded in the manifest (``attempts``), with the new spec's
+   fingerprint, before anything changes (state ``setup``).
+2. Ray Data's checkpoint is rewritten to hold exactly the ids that stay.
+3. Each result file holding rows to redo is rewritten without them (the new file
+   first, under the attempt's own write id, then the old one deleted).
+4. The attempt is marked ``running`` and the pipeline resumes: Ray Data's
+   checkpoint drops the rows that stay at the read, so only the rest run.
+
+A kill during 1-3 is repaired by the next ``toolkit retry``, which does 2-3 again
+from what the files hold now (a pruned row is gone from them, so it is redone; a
+file written twice is overwritten, its old twin deleted); a kill during 4 is an
+interrupted run, resumed as any other.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import posixpath
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from toolkit.errors import SpecError
+from toolkit.run.run_directory import (
+    CHECKPOINT_DIR,
+    RESULT_FILE_PREFIX,
+    SUMMARY_FILE,
+    Manifest,
+    RunDirectory,
+    changed_fields,
+    results_fingerprint,
+)
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import JobSpec
+from toolkit.spec.redaction import redact
+from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: ``--only error``: the rows written with an error.
+ERROR_ROWS = "error"
+
+
+@dataclass(frozen=True)
+class RetryPlan:
+    """What a retry does: which attempt, how many rows it redoes, and why."""
+
+    attempt: int
+    rows_to_redo: int
+    rows_kept: int
+    resumed: bool = False
+    #: Nothing failed and nothing was left unreached: nothing to run.
+    nothing_to_do: bool = False
+
+
+def retry_spec(job: JobDefinition[Any], manifest: Manifest, output: str,
+               sets: Sequence[str] = ()) -> JobSpec:
+    """The spec of the run in ``output`` (its manifest), with ``--set`` changes on top."""
+    from toolkit.spec.loading import parse_set_expression, set_dotted, validate_spec
+
+    data = copy.deepcopy(manifest.spec)
+    data.setdefault("data", {})["output"] = output
+    for expression in sets:
+        set_dotted(data, *parse_set_expression(expression))
+    return validate_spec(job, data, source=f"the run in {output}" + (" + flags" if sets else ""))
+
+
+def read_manifest_of(output: str) -> tuple[RunDirectory, Manifest]:
+    """The run directory at ``output`` and its manifest.
+
+    Raises:
+        SpecError: there is no toolkit run there.
+    """
+    run_dir = RunDirectory(output)
+    manifest = run_dir.read_manifest()
+    if manifest is None:
+        raise SpecError(
+            f"{redact(output)} holds no toolkit run (no _manifest.json), so there is "
+            "nothing to retry.",
+            hint="Give the --output directory of an earlier toolkit run.",
+        )
+    return run_dir, manifest
+
+
+def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
+               only: Sequence[str] | None = None) -> RetryPlan:
+    """Set up the attempt that redoes the failed rows of ``run_dir`` with ``spec``.
+
+    Args:
+        spec: The new spec (the run's, with the user's changes).
+        only: Redo only rows that failed these checks (``error``: error rows);
+            None redoes every row with an error or a failed check.
+
+    Raises:
+        SpecError: an ``--only`` name that is no check of the job, or an output this
+            can't retry (not Parquet).
+    """
+    if spec.data.output_format != "parquet":
+        raise SpecError(
+            f"toolkit retry rewrites result files in place, which it does for Parquet "
+            f"output only; {redact(spec.data.output)} holds {spec.data.output_format}.",
+            hint="Rerun the failed rows as a new run: filter them out of the output into "
+            "a file and give it as --input.",
+        )
+    known = [ERROR_ROWS, *spec.checks.enabled,
+             *([spec.checks.custom_name] if spec.checks.custom_name else [])]
+    unknown = [name for name in (only or ()) if name not in known]
+    if unknown:
+        raise SpecError(f"--only {', '.join(unknown)}: not a check of this run; it has "
+                        f"{', '.join(known)}.",
+                        hint="Name a check the run counted (the summary's checks line), "
+                        "or 'error' for the error rows.")
+    fingerprint = results_fingerprint(spec)
+    attempts = manifest.attempts
+    if attempts and attempts[-1].get("state") == "running" \
+            and attempts[-1].get("fingerprint") == fingerprint:
+        return RetryPlan(attempt=int(attempts[-1]["attempt"]), rows_to_redo=0, rows_kept=0,
+                         resumed=True)
+    if not attempts:  # the first run becomes attempt 1
+        attempts.append({"attempt": 1, "fingerprint": manifest.fingerprint, "state": "done",
+                         "changed": [], "only": None, "started": None, "rows": None})
+    if attempts[-1].get("state") != "setup":
+        changed = changed_fields(manifest.spec, redact(spec.model_dump(mode="json")))
+        attempts.append({
+            "attempt": len(attempts) + 1, "fingerprint": fingerprint, "state": "setup",
+            "changed": changed, "only": list(only) if only else None,
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "write_id": uuid.uuid4().hex[:12], "rows": None,
+        })
+    attempt = attempts[-1]
+    write_id = attempt["write_id"]
+    if write_id not in manifest.write_ids:
+        manifest.write_ids.append(write_id)
+    had_summary = run_dir.exists(SUMMARY_FILE)
+    manifest.fingerprint, manifest.spec = fingerprint, spec.model_dump(mode="json")
+    run_dir.write_manifest(manifest)  # 1: recorded before anything changes
+
+    id_column = spec.data.id_column
+    _clean_interrupted_writes(run_dir, manifest)
+    files = run_dir.result_files(manifest)
+    keep, redo_by_file = _split_rows(run_dir, files, id_column, attempt.get("only"))
+    redo = sum(redo_by_file.values())
+    if attempts[0]["rows"] is None:
+        attempts[0]["rows"] = len(keep) + redo
+    if redo == 0 and had_summary:  # a finished run where nothing failed
+        attempts.pop()
+        if len(attempts) == 1:
+            attempts.clear()
+        manifest.fingerprint = attempts[-1]["fingerprint"] if attempts else manifest.fingerprint
+        run_dir.write_manifest(manifest)
+        return RetryPlan(attempt=len(attempts), rows_to_redo=0, rows_kept=len(keep),
+                         nothing_to_do=True)
+    _write_checkpoint(run_dir, manifest, keep, id_column)  # 2
+    for path, rows in redo_by_file.items():  # 3
+        if rows:
+            _prune(run_dir, path, write_id, id_column, attempt.get("only"))
+    if had_summary:
+        run_dir.fs.delete_file(f"{run_dir.root}/{SUMMARY_FILE}")
+    attempt["rows"] = redo if attempt["rows"] is None else attempt["rows"]
+    attempt["state"] = "running"
+    run_dir.write_manifest(manifest)  # 4: the pipeline resumes from here
+    return RetryPlan(attempt=int(attempt["attempt"]), rows_to_redo=redo, rows_kept=len(keep))
+
+
+def _clean_interrupted_writes(run_dir: RunDirectory, manifest: Manifest) -> None:
+    """Delete result files whose write a stop or kill cut short, as Ray Data does before
+    it resumes (``_clean_pending_checkpoints_task`` in ``ray/data/checkpoint``): such a
+    file has a ``<name prefix>.pending.parquet`` checkpoint that was never committed,
+    and its rows are not in the checkpoint, so they are redone."""
+    import pyarrow.fs
+
+    suffix = ".pending.parquet"
+    selector = pyarrow.fs.FileSelector(f"{run_dir.root}/{CHECKPOINT_DIR}", allow_not_found=True)
+    pending = [info.path for info in run_dir.fs.get_file_info(selector)
+               if info.type == pyarrow.fs.FileType.File and info.path.endswith(suffix)]
+    prefixes = tuple(posixpath.basename(path)[:-len(suffix)] for path in pending)
+    if not prefixes:
+        return
+    for path in run_dir.result_files(manifest):
+        if posixpath.basename(path).startswith(prefixes):
+            run_dir.fs.delete_file(path)
+    for path in pending:
+        run_dir.fs.delete_file(path)
+
+
+def _redo_mask(table: "pa.Table", only: Sequence[str] | None) -> "pa.ChunkedArray":
+    """Which rows of a result table to redo."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    error = table.column(ERROR_COLUMN) if ERROR_COLUMN in table.column_names else \
+        pa.nulls(table.num_rows, pa.string())
+    checks = table.column(FAILED_CHECKS_COLUMN) if FAILED_CHECKS_COLUMN in table.column_names \
+        else pa.nulls(table.num_rows, pa.string())
+    if not only:
+        return pc.or_(pc.is_valid(error), pc.is_valid(checks))
+    mask = pa.array([False] * table.num_rows)
+    for name in only:
+        if name == ERROR_ROWS:
+            hit = pc.is_valid(error)
+        else:  # a whole name in the comma-separated list
+            hit = pc.fill_null(pc.match_substring_regex(
+                checks, pattern=rf"(^|,){_escaped(name)}(,|$)"), False)
+        mask = pc.or_(mask, hit)
+    return mask
+
+
+def _escaped(name: str) -> str:
+    import re
+
+    return re.escape(name)
+
+
+def _split_rows(run_dir: RunDirectory, files: list[str], id_column: str,
+                only: Sequence[str] | None) -> tuple[list[Any], dict[str, int]]:
+    """(ids that stay, rows to redo in each file)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    keep: list[Any] = []
+    redo: dict[str, int] = {}
+    for path in files:
+        schema = pq.read_schema(path, filesystem=run_dir.fs)
+        columns = [c for c in (id_column, ERROR_COLUMN, FAILED_CHECKS_COLUMN) if c in schema.names]
+        table = pq.read_table(path, columns=columns, filesystem=run_dir.fs)
+        mask = _redo_mask(table, only)
+        keep += table.column(id_column).filter(pc.invert(mask)).to_pylist()
+        redo[path] = int(pc.sum(mask).as_py() or 0)
+    return keep, redo
+
+
+def _write_checkpoint(run_dir: RunDirectory, manifest: Manifest, keep: list[Any],
+                      id_column: str) -> None:
+    """Ray Data's checkpoint (``_checkpoint/*.parquet``, one ``id`` column) holding
+    exactly the ids that stay: a resumed run skips them at the read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if CHECKPOINT_DIR not in manifest.made:
+        manifest.made.append(CHECKPOINT_DIR)
+        run_dir.write_manifest(manifest)
+    folder = f"{run_dir.root}/{CHECKPOINT_DIR}"
+    if run_dir.exists(CHECKPOINT_DIR):
+        run_dir.fs.delete_dir_contents(folder)
+    run_dir.fs.create_dir(folder, recursive=True)
+    if keep:
+        pq.write_table(pa.table({id_column: keep}), f"{folder}/{uuid.uuid4()}.parquet",
+                       filesystem=run_dir.fs)
+
+
+def _prune(run_dir: RunDirectory, path: str, write_id: str, id_column: str,
+           only: Sequence[str] | None) -> None:
+    """Rewrite one result file without its rows to redo: the new file first (the
+    attempt's write id, named after the old one), then the old one goes."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, filesystem=run_dir.fs)
+    kept = table.filter(pc.invert(_redo_mask(table, only)))
+    old = posixpath.basename(path)
+    new = f"{run_dir.root}/{RESULT_FILE_PREFIX}{write_id}_{old[len(RESULT_FILE_PREFIX):]}"
+    if kept.num_rows:
+        pq.write_table(kept, new, filesystem=run_dir.fs)
+    run_dir.fs.delete_file(path)
+
+
+def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | None = None
+                  ) -> tuple[JobDefinition[Any], JobSpec, RetryPlan]:
+    """Everything ``toolkit retry`` does before the run: the job and new spec of the run in
+    ``output``, and its failed rows taken out (see the module's steps).
+
+    Raises:
+        SpecError: no toolkit run in ``output``; its job can't be found from here; a
+            ``--set`` or ``--only`` that doesn't fit it.
+    """
+    from toolkit.spec.catalog import load_job
+
+    run_dir, manifest = read_manifest_of(output)
+    name = manifest.spec.get("job")
+    if not isinstance(name, str):
+        raise SpecError(f"{redact(output)}/_manifest.json names no job.")
+    job = load_job(name)
+    spec = retry_spec(job, manifest, output, sets)
+    return job, spec, plan_retry(spec, run_dir, manifest, only)

@@ -1,0 +1,95 @@
+"""The stop-loss: a run whose first rows mostly fail stops early (exit 8).
+
+A wrong setting (``max_tokens`` too small, a prompt the model can't follow, a server
+that ignores the output shape) fails nearly every row, and a batch job would
+otherwise spend its whole budget writing error rows. The rows this run writes are
+counted as they land (error rows and rows that failed a check, see
+:mod:`toolkit.run.row_checks`); once ``stop_loss.min_rows`` are in and more than
+``stop_loss.failure_rate`` of them failed, the run stops, keeping what it wrote,
+and says which check failed, how often, and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from toolkit.errors import StopLossError
+from toolkit.run.progress_model import RowCounts, checks_text, row_counts
+from toolkit.spec.models import JobSpec
+from toolkit.spec.quality import BUILTIN_CHECKS
+from toolkit.spec.redaction import redact
+
+#: Seconds between looks at the rows written.
+STOP_LOSS_INTERVAL_S = 2.0
+
+
+def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
+               first_error: Callable[[], str | None] = lambda: None) -> StopLossError | None:
+    """The error that stops the run, or None while the rows written pass the stop-loss.
+
+    Args:
+        spec: The run's spec (``stop_loss``; ``sampling.max_tokens`` for the advice).
+        counts: The rows this run wrote so far.
+        output: Where they are (for the retry command in the message).
+        first_error: Reads one error row's message, for a run failing with errors.
+    """
+    output = redact(output)
+    limit = spec.stop_loss
+    if limit.failure_rate is None or counts.rows < limit.min_rows:
+        return None
+    failing = counts.failed_rows
+    if failing <= limit.failure_rate * counts.rows:
+        return None
+    share = 100 * failing / counts.rows
+    checks = dict(counts.checks)
+    worst = max(checks, key=checks.__getitem__) if checks else None
+    if worst is not None and checks[worst] >= counts.errors / 2:
+        what = BUILTIN_CHECKS.get(worst, f"your check {worst} failed them")
+        if worst == "truncated":
+            what = f"the answers were cut off at sampling.max_tokens={spec.sampling.max_tokens}"
+        cause = f"mostly {worst}: {what} (failed checks: {checks_text(counts.checks, counts.rows)})"
+    else:
+        example = first_error()
+        cause = (f"{counts.errors:,} are error rows"
+                 + (f", e.g. {example!r}" if example else ""))
+    fix = _advice(spec, worst)
+    return StopLossError(
+        f"Stopped early: {failing:,} of the first {counts.rows:,} rows failed ({share:.0f}%), "
+        f"past the stop-loss of {limit.failure_rate:.0%} after {limit.min_rows:,} rows; "
+        f"{cause}. The rows written so far are kept in {output}.",
+        hint=f"{fix} Then redo only the failed rows and the ones not reached: toolkit retry "
+        f"{output}{_retry_sets(spec, worst)}. To let the run go on anyway, pass "
+        "--set stop_loss.failure_rate=null.",
+    )
+
+
+def _advice(spec: JobSpec, worst: str | None) -> str:
+    if worst == "truncated":
+        return "Give the answers room: raise sampling.max_tokens."
+    if worst == "invalid":
+        return ("The answers break the job's output shape: use an engine that enforces it "
+                "(vllm, transformers) or say the shape in the prompt.")
+    if worst == "empty":
+        return "The model answers nothing: check the prompt and the model."
+    return "Look at the error and failed_checks columns of the rows written."
+
+
+def _retry_sets(spec: JobSpec, worst: str | None) -> str:
+    if worst == "truncated":
+        return f" --set sampling.max_tokens={max(16, 4 * spec.sampling.max_tokens)}"
+    return ""
+
+
+class StopLossWatch:
+    """Counts the rows this run writes and judges them (``judge`` for
+    :func:`~toolkit.run.run_stop.stopping_when`)."""
+
+    def __init__(self, spec: JobSpec, count: Callable[[], RowCounts | tuple[int, int]],
+                 first_error: Callable[[], str | None] = lambda: None) -> None:
+        self.spec, self.count, self.first_error = spec, count, first_error
+
+    def __call__(self) -> StopLossError | None:
+        if self.spec.stop_loss.failure_rate is None:
+            return None
+        return judge_rows(self.spec, row_counts(self.count()), self.spec.data.output,
+                          self.first_error)
