@@ -58,6 +58,17 @@ def batch_model(flags: RunFlags) -> str:
 def serve(config: ServeConfig, on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until interrupted; running batches are stopped (keeping their rows) on the way
     out and resume when a server on the same store starts again."""
+    import importlib.util
+
+    # python-multipart (module python_multipart, formerly multipart) reads file uploads.
+    missing = [name for name, modules in (("fastapi", ["fastapi"]), ("uvicorn", ["uvicorn"]),
+                                          ("python-multipart", ["python_multipart", "multipart"]))
+               if not any(importlib.util.find_spec(module) for module in modules)]
+    if missing:
+        from toolkit.errors import SpecError
+
+        raise SpecError(f"toolkit serve needs {', '.join(missing)}, not installed here.",
+                        hint="pip install 'batch-llm-toolkit[serve]'")
     import uvicorn
 
     from toolkit.serve.app import create_app
