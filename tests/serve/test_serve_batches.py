@@ -98,3 +98,20 @@ def test_batches_list_pages_newest_first(server):
     second = client.batches.list(limit=2, after=first.data[-1].id)
     assert second.data[0].id == made[0]
     assert [b.id for b in client.batches.list(limit=3).data] == made[::-1]
+
+
+def test_duplicate_custom_ids_fail_the_batch_naming_them(server):
+    client = server.client()
+    lines = [json.dumps({"custom_id": cid, "url": "/v1/chat/completions",
+                         "body": {"messages": [{"role": "user", "content": "x"}]}})
+             for cid in ["a", "b", "a"]]
+    file = client.files.create(file=("dup.jsonl", "\n".join(lines).encode()), purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+
+    assert batch.status == "failed" and batch.failed_at
+    [error] = batch.errors.data
+    assert "1 duplicate custom_id(s): 'a' on lines 1, 3" in error.message
+    assert "Hint: Give every request its own custom_id" in error.message
+    assert batch.output_file_id is None

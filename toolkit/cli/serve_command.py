@@ -56,12 +56,12 @@ def serve_command(store: Path | None, host: str, port: int, max_running: int,
     Malformed request lines go to the batch's error file (naming their line)
     instead of failing the batch; completion_window is not enforced.
     """
-    from toolkit.serve.batch_runs import RunFlags
+    from toolkit.serve.batch_runs import API_KEY_ENV, RunFlags
     from toolkit.serve.server import ServeConfig, default_store, serve
 
     run_flags = RunFlags(spec_file=str(spec_file.resolve()) if spec_file else None,
                          sets=list(sets), **flags)
     config = ServeConfig(store=store or default_store(), host=host, port=port,
                          max_running=max_running, flags=run_flags,
-                         api_key=os.environ.get("TOOLKIT_API_KEY") or None)
+                         api_key=os.environ.get(API_KEY_ENV) or None)
     serve(config, on_ready=click.echo)

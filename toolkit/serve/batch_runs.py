@@ -3,9 +3,9 @@
 A child process rather than a thread of the server, because a run is exactly what
 ``toolkit run`` does (its own Ray driver, its log, its exit code) and because a
 process group can be stopped as a terminal's Ctrl-C stops it: SIGINT to the group
-keeps every row already written. Its pid (= its process group id) is recorded, so a
-server that was killed finds a child it left behind and ends it before the batch
-runs again: two drivers must never write one run directory at once. The new run
+keeps every row already written. A server that was killed finds a child it left
+behind (by its command line, which names the run directory) and ends its group
+before the batch runs again: two drivers must never write one run directory at once. The new run
 resumes from the run directory by ``custom_id``, so each request is answered once.
 """
 
@@ -17,9 +17,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+
+#: The environment variable holding the key every API request must carry.
+API_KEY_ENV = "TOOLKIT_API_KEY"
 
 
 class RunFlags(BaseModel):
@@ -61,11 +66,13 @@ def run_command(input_file: Path, run_dir: Path, flags: RunFlags) -> list[str]:
 def start_run(input_file: Path, run_dir: Path, log_file: Path,
               flags: RunFlags) -> subprocess.Popen[bytes]:
     """Start the run in a new session (its own process group, away from the server's
-    terminal: a Ctrl-C meant for the server doesn't stop the batches)."""
+    terminal: a Ctrl-C meant for the server doesn't stop the batches). The server's API
+    key stays with the server: a run has no use for it."""
+    env = {name: value for name, value in os.environ.items() if name != API_KEY_ENV}
     with open(log_file, "ab") as log:
         return subprocess.Popen(run_command(input_file, run_dir, flags), cwd=run_dir.parent,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
 
 
 def interrupt(pid: int) -> None:
@@ -84,42 +91,38 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-def end_leftover(pid: int, run_dir: Path, timeout_s: float = 30.0,
-                 clock=time.monotonic, sleep=time.sleep) -> bool:
-    """End a run left by an earlier server, if that pid is still its run; True if one was.
+def end_leftovers(run_dir: Path, timeout_s: float = 30.0,
+                  clock=time.monotonic, sleep=time.sleep) -> int:
+    """End any run of ``run_dir`` that an earlier server left; return how many groups.
 
-    The pid is only trusted when its command line names ``run_dir`` (pids get reused).
-    Waits until the whole process group is gone, at most ``timeout_s``.
+    Found by command line (a process with ``run_dir`` as an argument), not by a
+    recorded pid: pids get reused, and a server killed between starting a child and
+    recording its pid would otherwise leave one unseen. Its whole process group is
+    killed, and this waits until it is gone, at most ``timeout_s``.
     """
-    if not _is_run_of(pid, run_dir):
-        return False
-    kill(pid)
+    target = str(run_dir).encode()
+    groups = {pgid for pgid, argv in _live_processes() if target in argv}
+    for pgid in groups:
+        kill(pgid)
     deadline = clock() + timeout_s
-    while _group_alive(pid) and clock() < deadline:
+    while clock() < deadline and any(pgid in groups for pgid, _ in _live_processes()):
         sleep(0.1)
-    return True
+    return len(groups)
 
 
-def _is_run_of(pid: int, run_dir: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(run_dir).encode() in cmdline
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs. Zombies don't count: a leftover's
-    parent (the dead server) is gone, and whoever reaps orphans here may be slow."""
+def _live_processes() -> Iterator[tuple[int, list[bytes]]]:
+    """(process group, argv) of this machine's processes (Linux /proc), zombies left out:
+    a leftover's parent is dead and whoever reaps orphans here may be slow."""
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] != "Z" and fields[2] == str(pgid):
-                return True
-    return False
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            yield int(fields[2]), argv
 
 
 _ERROR = re.compile(r"^(Error|Unexpected error): (.*)$")

@@ -41,6 +41,9 @@ class RunRecord(BaseModel):
     exit_code: int | None = None
     #: When SIGINT was sent to a cancelled run (epoch seconds); SIGKILL follows a grace later.
     interrupted_at: float | None = None
+    #: How the batch ends, once its run has (while ``finalizing``): a restart finishes it so.
+    ending: Literal["completed", "failed", "cancelled"] | None = None
+    failure: str | None = None
 
 
 _SCHEMA = """

@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from toolkit.run.progress_sources import OutputRows
 from toolkit.serve import batch_runs
@@ -119,14 +120,14 @@ class Supervisor:
         """After a restart: end runs a killed server left, then requeue or finish them."""
         with self._lock:
             for batch, run in self.store.batches_to_watch():
+                # Queued ones too: a server killed as it started a run hadn't recorded it.
+                batch_runs.end_leftovers(self.store.run_dir(batch.id))
                 if run.state != "running":
                     continue
-                if run.pid is not None:
-                    batch_runs.end_leftover(run.pid, self.store.run_dir(batch.id))
                 if batch.status == "cancelling":
                     self._finish(batch, run, "cancelled")
-                elif batch.status == "finalizing" and run.exit_code == 0:
-                    self._finish(batch, run, "completed")
+                elif run.ending is not None:  # killed while finalizing: finish as decided
+                    self._finish(batch, run, run.ending, run.failure)
                 else:  # it runs again and resumes by custom_id
                     self.store.save_batch(batch, RunRecord(state="queued"))
 
@@ -190,10 +191,12 @@ class Supervisor:
         batch.in_progress_at = batch.in_progress_at or self._now()
         self.store.save_batch(batch, RunRecord(state="running", pid=child.pid))
 
-    def _finish(self, batch: Batch, run: RunRecord, status: str,
+    def _finish(self, batch: Batch, run: RunRecord,
+                status: Literal["completed", "failed", "cancelled"],
                 failure: str | None = None) -> Batch:
         """The run is over: its rows become the batch's files, then the final status."""
         batch.status, batch.finalizing_at = "finalizing", self._now()
+        run = run.model_copy(update={"ending": status, "failure": failure})
         self.store.save_batch(batch, run)
         results = write_batch_files(self.store, batch.id, batch.request_counts.total)
         batch.output_file_id = results.output_file.id if results.output_file else None
