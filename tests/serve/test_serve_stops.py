@@ -4,8 +4,9 @@ started again finishes what was running, each request answered once."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+import pyarrow.parquet as pq
 
 from tests.serve.conftest import wait_for, write_requests
 
@@ -58,8 +59,6 @@ def test_a_killed_server_restarted_finishes_its_batch_once_per_request(start_ser
     assert len(answered) == len(set(answered)) == 1500
     # The run the killed server left behind was ended, not left to write beside the new one.
     rows = 0
-    import pyarrow.parquet as pq
-
     for part in (store / "batches" / batch.id / "run").glob("part-*.parquet"):
         try:
             rows += pq.read_metadata(part).num_rows

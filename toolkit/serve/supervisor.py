@@ -13,9 +13,12 @@ picks up after a server that was killed: a run it left is ended and started agai
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 from toolkit.run.progress_sources import OutputRows
@@ -134,7 +137,10 @@ class Supervisor:
     def run_until(self, stop: threading.Event, interval_s: float = 0.5) -> None:
         """Watch until ``stop`` is set (the server's lifetime), then stop the runs."""
         while not stop.wait(interval_s):
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - one bad round must not stop the watching
+                traceback.print_exc(file=sys.stderr)
         self.stop_runs()
 
     def tick(self) -> None:
@@ -225,7 +231,7 @@ class Supervisor:
             self._children.clear()
 
 
-def _requests_in(path) -> int:
+def _requests_in(path: Path) -> int:
     """Non-blank lines: the requests a run will stage (malformed lines included)."""
     with open(path, "rb") as lines:
         return sum(1 for line in lines if line.strip())
