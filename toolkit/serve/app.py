@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException
 
-from toolkit.serve.api_errors import APIError, BadRequest, NotFound, Unauthorized
+from toolkit.serve.api_errors import APIError, BadRequest, Conflict, NotFound, Unauthorized
 from toolkit.serve.openai_objects import Batch, DeletedFile, FileObject, Page
 from toolkit.serve.store import Store
 from toolkit.serve.supervisor import Supervisor
@@ -91,6 +91,9 @@ def create_app(store: Store, supervisor: Supervisor, api_key: str | None) -> Fas
 
     @app.delete("/v1/files/{file_id}")
     def delete_file(file_id: str) -> DeletedFile:
+        if store.file_in_use(file_id):  # its run reads it when it starts, or again on resume
+            raise Conflict(f"File '{file_id}' is the input of a batch that hasn't finished; "
+                           "cancel the batch or wait for it.", code="file_in_use")
         if not store.delete_file(file_id):
             raise NotFound("file", file_id)
         return DeletedFile(id=file_id)

@@ -132,6 +132,14 @@ class Store:
                           ("purpose = ?", purpose) if purpose else None)
         return [FileObject.model_validate_json(r) for r in rows[:limit]], len(rows) > limit
 
+    def file_in_use(self, file_id: str) -> bool:
+        """Whether a batch that hasn't finished reads this file."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT 1 FROM batches WHERE json_extract(object, '$.input_file_id') = ? "
+                "AND json_extract(run, '$.state') != 'done' LIMIT 1", (file_id,)).fetchone() \
+                is not None
+
     def delete_file(self, file_id: str) -> bool:
         with self._transaction() as db:
             deleted = db.execute("DELETE FROM files WHERE id = ?", (file_id,)).rowcount
