@@ -34,14 +34,17 @@ class RunFlags(BaseModel):
                                            "the API out; answers are noise.")
     model: str | None = Field(None, description="Model every batch runs on; the requests' own "
                                                 "`model` field is not used.")
-    engine: str | None = None
+    engine: str | None = Field(None, description="Engine kind (vllm on GPUs, transformers "
+                                                 "on CPUs, http for a served model).")
     address: str | None = Field(None, description="Ray cluster for the runs (default: "
-                                                  "RAY_ADDRESS, else a local Ray per run).")
-    batch_size: str | None = None
-    concurrency: str | None = None
-    accelerator: str | None = None
-    spec_file: str | None = None
-    sets: list[str] = []
+                                                  "RAY_ADDRESS, else a local Ray per run, "
+                                                  "which costs its start-up per batch).")
+    batch_size: str | None = Field(None, description="Rows per engine batch.")
+    concurrency: str | None = Field(None, description="Engine workers (model replicas).")
+    accelerator: str | None = Field(None, description="GPU type per worker; none: CPUs.")
+    spec_file: str | None = Field(None, description="Absolute path of a YAML spec for the "
+                                                    "openai-batch job (runs start elsewhere).")
+    sets: list[str] = Field([], description="--set KEY=VALUE overrides, in order.")
 
     def arguments(self) -> list[str]:
         """The flags as ``toolkit run`` takes them."""
