@@ -64,4 +64,9 @@ def serve_command(store: Path | None, host: str, port: int, max_running: int,
     config = ServeConfig(store=store or default_store(), host=host, port=port,
                          max_running=max_running, flags=run_flags,
                          api_key=os.environ.get(API_KEY_ENV) or None)
-    serve(config, on_ready=click.echo)
+    try:
+        serve(config, on_ready=click.echo)
+    except KeyboardInterrupt:
+        click.echo("Stopped. Batches that were running go on when toolkit serve starts "
+                   f"again with --store {config.store}.", err=True)
+        raise SystemExit(130) from None

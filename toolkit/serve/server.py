@@ -3,6 +3,7 @@ watch the batches in a thread and answer HTTP until stopped (Ctrl-C, SIGTERM).""
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -57,7 +58,12 @@ def batch_model(flags: RunFlags) -> str:
 
 def serve(config: ServeConfig, on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until interrupted; running batches are stopped (keeping their rows) on the way
-    out and resume when a server on the same store starts again."""
+    out and resume when a server on the same store starts again.
+
+    Raises:
+        KeyboardInterrupt: stopped by Ctrl-C or SIGTERM (once the runs are stopped).
+        ToolkitError: flags ``toolkit run`` would refuse, or fastapi/uvicorn missing.
+    """
     import importlib.util
 
     # python-multipart (module python_multipart, formerly multipart) reads file uploads.
@@ -89,9 +95,19 @@ def serve(config: ServeConfig, on_ready: Callable[[str], None] | None = None) ->
     if on_ready is not None:
         on_ready(f"Serving the OpenAI Batch API at http://{config.host}:{config.port}/v1 "
                  f"(model {model}; store {store.root}).")
+    # uvicorn stops on SIGINT/SIGTERM, then raises the signal again: SIGTERM's default
+    # would end this process before the runs are stopped, so it becomes a Ctrl-C here.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _as_interrupt) if in_main else None
     try:
         server.run()
     finally:
         stop.set()
         watcher.join(timeout=60)
         store.close()
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
