@@ -1,8 +1,9 @@
 """The objects of OpenAI's Files and Batches APIs, field for field as its clients read them.
 
 Names and shapes follow the ``openai`` package's ``FileObject``, ``Batch`` and
-``SyncCursorPage`` (checked in the tests by parsing our answers with those models),
-so any OpenAI client works against ``toolkit serve`` unchanged.
+``SyncCursorPage`` (the tests read every answer through that client), so code
+written for OpenAI's Batch API works against ``toolkit serve`` unchanged. Defined
+here rather than imported: the server doesn't need the client installed.
 """
 
 from __future__ import annotations
