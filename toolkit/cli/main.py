@@ -15,6 +15,7 @@ import click
 
 from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
 from toolkit.cli.errors import to_click
+from toolkit.cli.serve_command import serve_command
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 from toolkit.errors import ToolkitError, debug_enabled
 
@@ -314,6 +315,7 @@ def run() -> None:
 
 for _command in CLUSTER_COMMANDS:
     main.add_command(_command)
+main.add_command(serve_command)
 
 
 if __name__ == "__main__":

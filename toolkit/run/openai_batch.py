@@ -208,13 +208,50 @@ def read_staged_requests(run_dir: RunDirectory) -> "Any":
     return ray.data.read_datasource(StagedRequests())
 
 
-def _rows_in_order(run_dir: RunDirectory, file_format: str) -> "pa.Table":
-    dataset = run_dir.open_results(file_format)
+def _rows_in_order(run_dir: RunDirectory, file_format: str,
+                   complete_files_only: bool = False) -> "pa.Table":
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
     wanted = [ID_COLUMN, LINE_COLUMN, "content", "finish_reason", "num_input_tokens",
               "num_generated_tokens", ERROR_COLUMN]
-    present = [c for c in wanted if c in dataset.schema.names]
-    table = dataset.to_table(columns=present)
-    return table.sort_by(LINE_COLUMN) if LINE_COLUMN in present else table
+    if complete_files_only:
+        # A run stopped part-way (Ctrl-C, a kill) can leave a file without its footer.
+        tables = []
+        for path in run_dir.result_files():
+            try:
+                dataset = pads.dataset(path, filesystem=run_dir.fs, format=file_format)
+                tables.append(dataset.to_table(
+                    columns=[c for c in wanted if c in dataset.schema.names]))
+            except (OSError, pa.ArrowInvalid):
+                continue
+        if not tables:
+            return pa.table({ID_COLUMN: pa.array([], pa.string())})
+        table = pa.concat_tables(tables, promote_options="default")
+    else:
+        dataset = run_dir.open_results(file_format)
+        table = dataset.to_table(columns=[c for c in wanted if c in dataset.schema.names])
+    return table.sort_by(LINE_COLUMN) if LINE_COLUMN in table.column_names else table
+
+
+def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, created: int,
+                       complete_files_only: bool = False) -> Iterator[dict[str, Any]]:
+    """The Batch API output lines of the rows written so far, in request order.
+
+    Args:
+        complete_files_only: Pass over result files that can't be read (a run that
+            was stopped part-way, whose last file has no footer) instead of failing.
+    """
+    table = _rows_in_order(run_dir, file_format, complete_files_only)
+    for batch in table.to_batches(max_chunksize=1024):
+        for row in batch.to_pylist():
+            yield batch_output_line(
+                custom_id=row[ID_COLUMN], content=row.get("content"),
+                finish_reason=row.get("finish_reason"),
+                prompt_tokens=row.get("num_input_tokens"),
+                completion_tokens=row.get("num_generated_tokens"),
+                error=row.get(ERROR_COLUMN), model=model, created=created,
+            )
 
 
 def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) -> str:
@@ -223,26 +260,21 @@ def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) ->
     One line per written row (every request: answered or with its error), ordered
     by the request file's line numbers.
     """
-    table = _rows_in_order(run_dir, spec.data.output_format)
-    created = int(clock())
-    model = spec.engine.model
     lines = 0
     path = f"{run_dir.root}/{BATCH_OUTPUT_FILE}"
     run_dir.claim(BATCH_OUTPUT_FILE)
     with run_dir.fs.open_output_stream(path) as stream:
-        for batch in table.to_batches(max_chunksize=1024):
-            chunk = []
-            for row in batch.to_pylist():
-                chunk.append(json.dumps(batch_output_line(
-                    custom_id=row[ID_COLUMN], content=row.get("content"),
-                    finish_reason=row.get("finish_reason"),
-                    prompt_tokens=row.get("num_input_tokens"),
-                    completion_tokens=row.get("num_generated_tokens"),
-                    error=row.get(ERROR_COLUMN), model=model, created=created,
-                ), ensure_ascii=False))
-            if chunk:
+        chunk: list[str] = []
+        for line in batch_output_lines(run_dir, spec.data.output_format, spec.engine.model,
+                                       int(clock())):
+            chunk.append(json.dumps(line, ensure_ascii=False))
+            if len(chunk) >= 1024:
                 stream.write(("\n".join(chunk) + "\n").encode("utf-8"))
                 lines += len(chunk)
+                chunk = []
+        if chunk:
+            stream.write(("\n".join(chunk) + "\n").encode("utf-8"))
+            lines += len(chunk)
     shown = f"{spec.data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}"
     return (f"Batch API output: {shown} ({lines:,} lines, one per "
             "request, matched by custom_id).")

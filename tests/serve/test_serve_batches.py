@@ -1,0 +1,119 @@
+"""`toolkit serve` through the official openai client, as users would talk to OpenAI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.serve.conftest import wait_for, write_requests
+
+MALFORMED = {5: '{"custom_id": "req-5", "method": "POST", "url": ',  # cut short
+             17: json.dumps({"method": "POST", "url": "/v1/chat/completions",
+                             "body": {"messages": [{"role": "user", "content": "Hi"}]}})}
+
+
+def jsonl(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_a_batch_runs_to_completed_with_output_and_error_files(server):
+    client = server.client()
+    requests = write_requests(Path("requests.jsonl"), 30, MALFORMED)
+    file = client.files.create(file=requests.open("rb"), purpose="batch")
+    assert (file.object, file.purpose, file.filename) == ("file", "batch", "requests.jsonl")
+    assert client.files.content(file.id).text == requests.read_text()
+
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h", metadata={"team": "search"})
+    assert batch.status == "validating" and batch.request_counts.total == 30
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+
+    assert batch.status == "completed", batch.errors
+    assert (batch.request_counts.total, batch.request_counts.completed,
+            batch.request_counts.failed) == (30, 28, 2)
+    assert batch.metadata == {"team": "search"}
+    assert batch.in_progress_at and batch.finalizing_at and batch.completed_at
+    output = {line["custom_id"]: line for line in jsonl(
+        client.files.content(batch.output_file_id).text)}
+    assert len(output) == 28
+    for i in range(1, 31):
+        if i in MALFORMED:
+            continue
+        tokens = output[f"req-{i}"]["response"]["body"]["usage"]["completion_tokens"]
+        if i % 3 == 0:  # the line's own max_tokens: 1
+            assert tokens == 1
+        else:
+            assert 1 <= tokens <= 4
+    assert batch.usage.output_tokens == sum(
+        line["response"]["body"]["usage"]["completion_tokens"] for line in output.values())
+    errors = jsonl(client.files.content(batch.error_file_id).text)
+    assert {e["custom_id"]: e["error"]["message"] for e in errors} == {
+        "line-5": "preprocess: line 5: not valid JSON "
+                  "(Expecting value at column 49)",
+        "line-17": "preprocess: line 17: no custom_id; every request needs a unique "
+                   "custom_id string"}
+    assert client.files.retrieve(batch.output_file_id).purpose == "batch_output"
+    assert batch.id in [b.id for b in client.batches.list(limit=5)]
+
+
+def test_a_wrong_key_is_refused(server):
+    with pytest.raises(openai.AuthenticationError) as refused:
+        server.client(api_key="wrong").batches.list()
+    assert refused.value.status_code == 401
+    assert refused.value.code == "invalid_api_key"
+
+
+def test_bad_requests_get_openai_errors(server):
+    client = server.client()
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_nope")
+    with pytest.raises(openai.NotFoundError):
+        client.files.content("file-nope")
+    with pytest.raises(openai.BadRequestError) as wrong_purpose:
+        client.files.create(file=("x.jsonl", b"{}\n"), purpose="fine-tune")
+    assert wrong_purpose.value.param == "purpose"
+    file = client.files.create(file=("x.jsonl", b"{}\n"), purpose="batch")
+    with pytest.raises(openai.BadRequestError) as wrong_endpoint:
+        client.batches.create(input_file_id=file.id, endpoint="/v1/embeddings",
+                              completion_window="24h")
+    assert wrong_endpoint.value.param == "endpoint"
+    assert client.files.delete(file.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(file.id)
+
+
+def test_batches_list_pages_newest_first(server):
+    client = server.client()
+    file = client.files.create(file=write_requests(Path("r.jsonl"), 1).open("rb"),
+                               purpose="batch")
+    made = [client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h").id for _ in range(3)]
+    with pytest.raises(openai.ConflictError):  # the batches still need it
+        client.files.delete(file.id)
+    for batch_id in made:  # they needn't run for this test
+        client.batches.cancel(batch_id)
+    first = client.batches.list(limit=2)
+    assert [b.id for b in first.data] == made[::-1][:2] and first.has_more
+    second = client.batches.list(limit=2, after=first.data[-1].id)
+    assert second.data[0].id == made[0]
+    assert [b.id for b in client.batches.list(limit=3).data] == made[::-1]
+
+
+def test_duplicate_custom_ids_fail_the_batch_naming_them(server):
+    client = server.client()
+    lines = [json.dumps({"custom_id": cid, "url": "/v1/chat/completions",
+                         "body": {"messages": [{"role": "user", "content": "x"}]}})
+             for cid in ["a", "b", "a"]]
+    file = client.files.create(file=("dup.jsonl", "\n".join(lines).encode()), purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+
+    assert batch.status == "failed" and batch.failed_at
+    [error] = batch.errors.data
+    assert "1 duplicate custom_id(s): 'a' on lines 1, 3" in error.message
+    assert "Hint: Give every request its own custom_id" in error.message
+    assert batch.output_file_id is None

@@ -1,0 +1,94 @@
+"""A batch's run directory as the Batches API shows it: request counts, output and error files.
+
+While the run goes, the counts are the rows its result files hold (the same figures
+``toolkit run``'s progress line shows: :class:`~toolkit.run.progress_sources.OutputRows`).
+When it ends, however it ends (completed, or cancelled part-way), the rows written
+become the batch's two files, as OpenAI splits them: answered requests in the output
+file, requests that failed (malformed lines included, each naming its line) in the
+error file. Both are Batch API output lines (:mod:`toolkit.spec.openai_batch`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from toolkit.run.openai_batch import batch_output_lines
+from toolkit.run.progress_sources import OutputRows
+from toolkit.run.run_directory import RunDirectory
+from toolkit.serve.openai_objects import BatchUsage, FileObject, RequestCounts
+from toolkit.serve.store import Store
+
+
+class BatchResults(BaseModel):
+    output_file: FileObject | None
+    error_file: FileObject | None
+    request_counts: RequestCounts
+    usage: BatchUsage
+
+
+def live_counts(rows: OutputRows, total: int) -> RequestCounts:
+    """Requests answered and failed so far, from the rows the run has written."""
+    progress = rows.read()
+    if progress is None:
+        return RequestCounts(total=total)
+    return RequestCounts(total=total, completed=progress.rows_done - progress.error_rows,
+                         failed=progress.error_rows)
+
+
+def result_file_id(batch_id: str, kind: str) -> str:
+    """The same id each time, so finishing a batch again (after a restart) replaces its files."""
+    return "file-" + hashlib.sha256(f"{batch_id}/{kind}".encode()).hexdigest()[:24]
+
+
+def write_batch_files(store: Store, batch_id: str, total: int) -> BatchResults:
+    """The rows the batch's run wrote, as its output and error files (None when empty).
+
+    Rows are taken once per ``custom_id`` from the result files that are complete, so
+    a run stopped part-way gives the lines it finished.
+    """
+    run_dir = RunDirectory(str(store.run_dir(batch_id)))
+    manifest = run_dir.read_manifest() if store.run_dir(batch_id).exists() else None
+    usage = BatchUsage()
+    counts = RequestCounts(total=total)
+    paths = {kind: store.batch_dir(batch_id) / f".{kind}.jsonl" for kind in ("output", "error")}
+    with open(paths["output"], "w", encoding="utf-8") as output, \
+            open(paths["error"], "w", encoding="utf-8") as errors:
+        if manifest is not None:
+            data, engine = manifest.spec.get("data") or {}, manifest.spec.get("engine") or {}
+            seen: set[str] = set()
+            for line in batch_output_lines(run_dir, data.get("output_format", "parquet"),
+                                           str(engine.get("model", "")), int(time.time()),
+                                           complete_files_only=True):
+                if line["custom_id"] in seen:
+                    continue
+                seen.add(line["custom_id"])
+                text = json.dumps(line, ensure_ascii=False) + "\n"
+                if line["error"] is None:
+                    output.write(text)
+                    counts.completed += 1
+                    tokens = line["response"]["body"]["usage"]
+                    usage.input_tokens += tokens["prompt_tokens"]
+                    usage.output_tokens += tokens["completion_tokens"]
+                else:
+                    errors.write(text)
+                    counts.failed += 1
+    usage.total_tokens = usage.input_tokens + usage.output_tokens
+    files = {kind: _publish(store, batch_id, kind, path) for kind, path in paths.items()}
+    return BatchResults(output_file=files["output"], error_file=files["error"],
+                        request_counts=counts, usage=usage)
+
+
+def _publish(store: Store, batch_id: str, kind: str, path: Path) -> FileObject | None:
+    try:
+        if path.stat().st_size == 0:
+            return None
+        with open(path, "rb") as content:
+            return store.add_file(f"{batch_id}_{kind}.jsonl", "batch_output", content,
+                                  file_id=result_file_id(batch_id, kind))
+    finally:
+        path.unlink(missing_ok=True)

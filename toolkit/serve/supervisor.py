@@ -1,0 +1,237 @@
+"""Which batch runs when: a queue of batches, their child runs, their ends.
+
+This is bookkeeping, not scheduling: Ray schedules the work inside each run; the
+supervisor only starts the next queued batch when fewer than ``max_running`` runs
+are going (each run is a ``toolkit run``, see :mod:`.batch_runs`), keeps each
+batch's request counts current from its run directory, passes a cancel on as
+Ctrl-C, and, when a run ends, turns what it wrote into the batch's files
+(:mod:`.batch_files`). Everything it knows is in the store, so :meth:`recover`
+picks up after a server that was killed: a run it left is ended and started again
+(it resumes by ``custom_id``), a cancel or a finish it didn't complete is completed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from toolkit.run.progress_sources import OutputRows
+from toolkit.serve import batch_runs
+from toolkit.serve.api_errors import BadRequest, Conflict, NotFound
+from toolkit.serve.batch_files import live_counts, write_batch_files
+from toolkit.serve.openai_objects import (
+    TERMINAL_STATUSES,
+    Batch,
+    BatchError,
+    BatchErrors,
+    RequestCounts,
+)
+from toolkit.serve.store import RunRecord, Store, new_id
+
+CHAT_COMPLETIONS = "/v1/chat/completions"
+COMPLETION_WINDOW = "24h"
+#: How long a cancelled run has to stop after Ctrl-C before its group is killed.
+INTERRUPT_GRACE_S = 60.0
+
+
+class Supervisor:
+    """Starts, watches, cancels and finishes batch runs; shares the store with the API."""
+
+    def __init__(self, store: Store, flags: batch_runs.RunFlags, model: str,
+                 max_running: int = 1, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.flags, self.model = store, flags, model
+        self.max_running = max_running
+        self.clock = clock
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._rows: dict[str, OutputRows] = {}
+        # The API's threads (create, cancel) and the watching thread change batches.
+        self._lock = threading.RLock()
+
+    def _now(self) -> int:
+        return int(self.clock())
+
+    # -- called by the API -----------------------------------------------------------------
+
+    def create(self, input_file_id: str, endpoint: str, completion_window: str,
+               metadata: dict[str, str] | None) -> Batch:
+        """Queue a batch of the requests in ``input_file_id``.
+
+        Raises:
+            BadRequest: another endpoint or window, an unknown or non-batch file, or
+                one with no requests.
+        """
+        if endpoint != CHAT_COMPLETIONS:
+            raise BadRequest(f"endpoint '{endpoint}' is not supported here; only "
+                             f"{CHAT_COMPLETIONS}.", code="invalid_value", param="endpoint")
+        if completion_window != COMPLETION_WINDOW:
+            raise BadRequest(f"completion_window must be '{COMPLETION_WINDOW}'.",
+                             code="invalid_value", param="completion_window")
+        file = self.store.get_file(input_file_id)
+        if file is None:
+            raise BadRequest(f"No file with id '{input_file_id}' exists.",
+                             code="invalid_value", param="input_file_id")
+        if file.purpose != "batch":
+            raise BadRequest(f"File '{input_file_id}' has purpose '{file.purpose}'; a batch "
+                             "needs a file uploaded with purpose 'batch'.",
+                             code="invalid_value", param="input_file_id")
+        total = _requests_in(self.store.file_path(input_file_id))
+        if total == 0:
+            raise BadRequest(f"File '{input_file_id}' holds no requests (no non-blank line).",
+                             code="empty_file", param="input_file_id")
+        now = self._now()
+        batch = Batch(id=new_id("batch_"), endpoint=endpoint, input_file_id=input_file_id,
+                      completion_window=completion_window, status="validating",
+                      created_at=now, expires_at=now + 24 * 3600, model=self.model,
+                      request_counts=RequestCounts(total=total), metadata=metadata)
+        with self._lock:
+            self.store.add_batch(batch)
+        return batch
+
+    def cancel(self, batch_id: str) -> Batch:
+        """Ask a batch to stop: at once if it hasn't started, else its run is interrupted
+        (by the watching thread) and keeps what it finished.
+
+        Raises:
+            NotFound: no such batch.
+            Conflict: it has already completed, failed or expired.
+        """
+        with self._lock:
+            found = self.store.get_batch_and_run(batch_id)
+            if found is None:
+                raise NotFound("batch", batch_id)
+            batch, run = found
+            if batch.status in ("cancelling", "cancelled"):
+                return batch
+            if batch.status in TERMINAL_STATUSES:
+                raise Conflict(f"Batch '{batch_id}' is {batch.status}; it can't be cancelled.",
+                               code="batch_not_cancellable")
+            batch.status, batch.cancelling_at = "cancelling", self._now()
+            self.store.save_batch(batch)
+            if run.state == "queued":
+                batch = self._finish(batch, run, "cancelled")
+            return batch
+
+    # -- the watching thread ---------------------------------------------------------------
+
+    def recover(self) -> None:
+        """After a restart: end runs a killed server left, then requeue or finish them."""
+        with self._lock:
+            for batch, run in self.store.batches_to_watch():
+                # Queued ones too: a server killed as it started a run hadn't recorded it.
+                batch_runs.end_leftovers(self.store.run_dir(batch.id))
+                if run.state != "running":
+                    continue
+                if batch.status == "cancelling":
+                    self._finish(batch, run, "cancelled")
+                elif run.ending is not None:  # killed while finalizing: finish as decided
+                    self._finish(batch, run, run.ending, run.failure)
+                else:  # it runs again and resumes by custom_id
+                    self.store.save_batch(batch, RunRecord(state="queued"))
+
+    def run_until(self, stop: threading.Event, interval_s: float = 0.5) -> None:
+        """Watch until ``stop`` is set (the server's lifetime), then stop the runs."""
+        while not stop.wait(interval_s):
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - one bad round must not stop the watching
+                traceback.print_exc(file=sys.stderr)
+        self.stop_runs()
+
+    def tick(self) -> None:
+        """One round: finish runs that ended, update counts, pass cancels on, start runs."""
+        with self._lock:
+            running = 0
+            for batch, run in self.store.batches_to_watch():
+                if run.state == "running":
+                    running += self._watch(batch, run)
+                elif batch.status in ("cancelling", "cancelled"):
+                    self._finish(batch, run, "cancelled")
+            for batch, run in self.store.batches_to_watch():
+                if run.state == "queued" and running < self.max_running:
+                    self._start(batch)
+                    running += 1
+
+    def _watch(self, batch: Batch, run: RunRecord) -> int:
+        """1 while the run goes on, 0 once it has ended (and the batch is finished)."""
+        child = self._children.get(batch.id)
+        exit_code = child.poll() if child is not None else -1  # gone: a leftover, ended
+        if exit_code is not None:
+            self._children.pop(batch.id, None)
+            run.exit_code = exit_code
+            if batch.status == "cancelling":
+                self._finish(batch, run, "cancelled")
+            elif exit_code == 0:
+                self._finish(batch, run, "completed")
+            else:
+                self._finish(batch, run, "failed", batch_runs.failure_message(
+                    self.store.batch_dir(batch.id) / "run.log", exit_code))
+            return 0
+        if batch.status == "cancelling":
+            now = self.clock()
+            if run.interrupted_at is None:
+                batch_runs.interrupt(child.pid)
+                run.interrupted_at = now
+                self.store.save_batch(batch, run)
+            elif now - run.interrupted_at > INTERRUPT_GRACE_S:
+                batch_runs.kill(child.pid)
+        rows = self._rows.setdefault(batch.id, OutputRows(str(self.store.run_dir(batch.id))))
+        counts = live_counts(rows, batch.request_counts.total)
+        if counts != batch.request_counts:
+            batch.request_counts = counts
+            self.store.save_batch(batch)
+        return 1
+
+    def _start(self, batch: Batch) -> None:
+        batch_dir = self.store.batch_dir(batch.id)
+        child = batch_runs.start_run(self.store.file_path(batch.input_file_id),
+                                     self.store.run_dir(batch.id), batch_dir / "run.log",
+                                     self.flags)
+        self._children[batch.id] = child
+        batch.status = "in_progress"
+        batch.in_progress_at = batch.in_progress_at or self._now()
+        self.store.save_batch(batch, RunRecord(state="running", pid=child.pid))
+
+    def _finish(self, batch: Batch, run: RunRecord,
+                status: Literal["completed", "failed", "cancelled"],
+                failure: str | None = None) -> Batch:
+        """The run is over: its rows become the batch's files, then the final status."""
+        batch.status, batch.finalizing_at = "finalizing", self._now()
+        run = run.model_copy(update={"ending": status, "failure": failure})
+        self.store.save_batch(batch, run)
+        results = write_batch_files(self.store, batch.id, batch.request_counts.total)
+        batch.output_file_id = results.output_file.id if results.output_file else None
+        batch.error_file_id = results.error_file.id if results.error_file else None
+        batch.request_counts, batch.usage = results.request_counts, results.usage
+        batch.status = status  # type: ignore[assignment]
+        setattr(batch, f"{status}_at", self._now())
+        if failure:
+            batch.errors = BatchErrors(data=[BatchError(code="run_failed", message=failure)])
+        self._rows.pop(batch.id, None)
+        self.store.save_batch(batch, run.model_copy(update={"state": "done"}))
+        return batch
+
+    def stop_runs(self, grace_s: float = 30.0) -> None:
+        """The server stops: interrupt every run and wait for them (a restart resumes them)."""
+        with self._lock:
+            for child in self._children.values():
+                batch_runs.interrupt(child.pid)
+            deadline = time.monotonic() + grace_s
+            for child in self._children.values():
+                try:
+                    child.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    batch_runs.kill(child.pid)
+                    child.wait(timeout=10)
+            self._children.clear()
+
+
+def _requests_in(path: Path) -> int:
+    """Non-blank lines: the requests a run will stage (malformed lines included)."""
+    with open(path, "rb") as lines:
+        return sum(1 for line in lines if line.strip())
