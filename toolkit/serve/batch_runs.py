@@ -62,8 +62,11 @@ class RunFlags(BaseModel):
 
 def run_command(input_file: Path, run_dir: Path, flags: RunFlags) -> list[str]:
     """The child's command line: this Python's ``toolkit run openai-batch``."""
+    # As OpenAI's Batch API, a batch runs every line: failed lines go to its error
+    # file instead of stopping it early.
     return [sys.executable, "-m", "toolkit.cli.main", "run", "openai-batch",
-            "--input", str(input_file), "--output", str(run_dir), *flags.arguments()]
+            "--input", str(input_file), "--output", str(run_dir), *flags.arguments(),
+            "--set", "stop_loss.failure_rate=null"]
 
 
 def start_run(input_file: Path, run_dir: Path, log_file: Path,
