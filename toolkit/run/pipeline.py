@@ -25,6 +25,7 @@ from toolkit.run.model_stages import (
     prepare_stage_rows,
 )
 from toolkit.run.preflight import PreparedRun, preflight
+from toolkit.run.report import REPORT_FILE, write_report
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_formats import run_format
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
@@ -44,6 +45,7 @@ from toolkit.spec.row_contract import (
     plain,
     row_error,
 )
+from toolkit.spec.redaction import redact
 from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
@@ -342,9 +344,11 @@ def run_pipeline(
     if state is RunState.COMPLETE:
         done = read_summary(spec.data.output)
         if done is not None:
+            report = run_dir.location.rstrip("/") + "/" + REPORT_FILE
             return done.model_copy(update={
                 "rows_this_run": 0, "seconds": round(time.monotonic() - started, 2),
                 "log_file": log_file,
+                "report": redact(report) if run_dir.exists(REPORT_FILE) else None,
                 "notes": ["Already complete: the same spec finished here earlier, so "
                           "nothing was run. Use --overwrite to run it again."],
             })
@@ -383,7 +387,19 @@ def run_pipeline(
         log_file=log_file,
     )
     run_dir.finish()
-    return summary
+    return with_report(summary, spec.data.output)
+
+
+def with_report(summary: RunSummary, output: str) -> RunSummary:
+    """Write the run's ``_report.html``; the summary with its path, or with a one-line
+    note saying why there is none. The results are written by now, and a report is
+    only a view of them: no failure here fails the run."""
+    try:
+        return summary.model_copy(update={"report": redact(write_report(output))})
+    except Exception as exc:  # noqa: BLE001 - see above: never fail a finished run
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        note = f"Warning: the run report was not written ({type(exc).__name__}: {reason})."
+        return summary.model_copy(update={"notes": [*summary.notes, note]})
 
 
 def write_results(ds: "Dataset", run_dir: RunDirectory, file_format: str, write_id: str) -> None:

@@ -81,6 +81,10 @@ class RunSummary(BaseModel):
         None, description="Where Ray's and the engine's own output went during the run "
         "(None when it went to the terminal, with -v, or on a cluster)."
     )
+    report: str | None = Field(
+        None, description="The run report (_report.html in the output), written after "
+        "this summary; None when it could not be written (a note says why)."
+    )
 
 
 #: Per-row token counts the engines report (Ray Data LLM's vLLM stage and ours).

@@ -1,0 +1,142 @@
+"""Charts of a run report, drawn with matplotlib as inline SVG (no scripts, no network).
+
+matplotlib is imported inside these functions: a run imports it only when it writes
+its report, and ``toolkit --help`` never does. Figures are made with
+``matplotlib.figure.Figure`` directly, not pyplot, so no GUI backend or global figure
+state is involved (safe in Ray's driver and in threads).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from toolkit.run.report.report_data import ColumnFigures, WritePoint
+
+ACCENT = "#3b6fd8"
+ERROR_RED = "#d0483e"
+#: Bars shown in a category chart; the rest are summed into one "(N others)" bar.
+MAX_BARS = 12
+
+_STYLE = {
+    # Text stays text in the SVG (smaller, selectable) and takes the page's fonts.
+    "svg.fonttype": "none",
+    # DejaVu Sans ships with matplotlib, so text is measured the same everywhere;
+    # the page's CSS shows it in the reader's system font.
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "font.size": 10,
+    # User values are labels: "$5" must not be read as TeX.
+    "text.parse_math": False,
+    "axes.edgecolor": "#c9ced6",
+    "axes.labelcolor": "#4a5160",
+    "xtick.color": "#4a5160",
+    "ytick.color": "#4a5160",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#eceff3",
+    "axes.axisbelow": True,
+    "svg.hashsalt": "toolkit-report",  # the same run gives the same file
+}
+
+
+@contextmanager
+def _figure(height: float = 2.6) -> Iterator[tuple[Any, Any]]:
+    import matplotlib
+
+    with matplotlib.rc_context(_STYLE):
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(5.2, height), layout="constrained")
+        yield figure, figure.add_subplot()
+
+
+def _svg(figure: Any) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", transparent=True, metadata={"Date": None})
+    svg = buffer.getvalue()
+    # Inline in HTML: no XML prolog or DOCTYPE; scales with its grid cell.
+    svg = svg[svg.index("<svg"):]
+    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', svg, count=1)
+
+
+def column_chart(column: ColumnFigures) -> str | None:
+    """An SVG chart fitting the column's type, or None where a sentence says it better."""
+    if column.kind == "categories" and column.categories:
+        return _bars(column.categories)
+    if column.kind in ("numbers", "confidence", "text") and column.sample:
+        return _histogram(column.sample, confidence=column.kind == "confidence",
+                          xlabel="characters" if column.kind == "text" else column.name)
+    return None
+
+
+def _bars(categories: list[tuple[str, int]]) -> str:
+    shown = categories[:MAX_BARS]
+    rest = categories[MAX_BARS:]
+    if rest:
+        shown = [*shown, (f"({len(rest)} others)", sum(count for _, count in rest))]
+    labels = [_label(value) for value, _ in shown][::-1]
+    counts = [count for _, count in shown][::-1]
+    with _figure(height=max(1.6, 0.28 * len(shown) + 0.8)) as (figure, axes):
+        bars = axes.barh(range(len(counts)), counts, color=ACCENT, height=0.7)
+        axes.set_yticks(range(len(counts)), labels)
+        axes.bar_label(bars, labels=[f"{c:,}" for c in counts], padding=3, fontsize=9,
+                       color="#4a5160")
+        axes.grid(axis="y", visible=False)
+        axes.set_xlim(0, max(counts) * 1.15)
+        axes.set_xlabel("rows")
+        return _svg(figure)
+
+
+def _histogram(values: list[float], confidence: bool, xlabel: str) -> str:
+    distinct = sorted(set(values))
+    if len(distinct) <= MAX_BARS and all(float(v).is_integer() for v in distinct):
+        return _discrete(values, distinct, xlabel)  # bins around a few integers mislead
+    with _figure() as (figure, axes):
+        low, high = min(values), max(values)
+        if confidence:
+            low, high = min(low, 0.0), max(high, 1.0)
+        bins = 20 if high > low else 1
+        axes.hist(values, bins=bins, range=(low, high) if high > low else None, color=ACCENT,
+                  edgecolor="white", linewidth=0.6)
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel("rows")
+        return _svg(figure)
+
+
+def _discrete(values: list[float], distinct: list[float], xlabel: str) -> str:
+    counts = [values.count(v) for v in distinct]
+    with _figure() as (figure, axes):
+        bars = axes.bar([f"{v:g}" for v in distinct], counts, color=ACCENT, width=0.6)
+        axes.bar_label(bars, labels=[f"{c:,}" for c in counts], padding=2, fontsize=9,
+                       color="#4a5160")
+        axes.set_ylim(0, max(counts) * 1.15)
+        axes.grid(axis="x", visible=False)
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel("rows")
+        return _svg(figure)
+
+
+def throughput_chart(points: list[WritePoint]) -> str | None:
+    """Rows written over the run and the rate between pieces, or None with too few pieces."""
+    if len(points) < 3:
+        return None
+    seconds = [p.seconds for p in points]
+    rows = [p.rows for p in points]
+    with _figure(height=2.6) as (figure, axes):
+        axes.fill_between(seconds, rows, step="post", color=ACCENT, alpha=0.12)
+        axes.step(seconds, rows, where="post", color=ACCENT, linewidth=1.8)
+        axes.set_xlabel("seconds since the run started")
+        axes.set_ylabel("rows written")
+        axes.set_ylim(bottom=0)
+        axes.set_xlim(left=0)
+        return _svg(figure)
+
+
+def _label(value: str) -> str:
+    value = " ".join(value.split()) or "(empty)"
+    return value if len(value) <= 28 else value[:27] + "…"

@@ -1,0 +1,60 @@
+"""The report's HTML: one self-contained file (inline CSS and SVG, system fonts, no
+scripts), rendered by Jinja2 with autoescaping on: row values are user data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkit.run.report.charts import column_chart, throughput_chart
+from toolkit.run.report.report_data import MAX_CHART_VALUES, ReportData
+
+TEMPLATE = "report.html.j2"
+
+
+def render_page(data: ReportData) -> str:
+    """The report of ``data`` as one HTML document."""
+    import jinja2
+    from markupsafe import Markup
+
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("toolkit.run.report", "."),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["num"] = _number
+    # The only markup not escaped: SVG that matplotlib wrote (it escapes the labels).
+    charts = [(column, Markup(svg) if (svg := column_chart(column)) else None)
+              for column in data.columns]
+    throughput = throughput_chart(data.writes)
+    summary = data.summary
+    return environment.get_template(TEMPLATE).render(
+        data=data, summary=summary, charts=charts,
+        throughput=Markup(throughput) if throughput else None,
+        peak_rate=_peak_rate(data), cap=MAX_CHART_VALUES,
+        sample_columns=[data.id_column, *data.input_columns, *data.result_columns, "error"],
+    )
+
+
+def _number(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}" if abs(value) >= 1 or value == 0 else f"{value:.4g}"
+    return str(value)
+
+
+def _peak_rate(data: ReportData) -> float | None:
+    """The fastest rows/s between two written pieces at least 5 s apart."""
+    best = None
+    points = data.writes
+    for i, start in enumerate(points):
+        for end in points[i + 1:]:
+            if end.seconds - start.seconds >= 5:
+                rate = (end.rows - start.rows) / (end.seconds - start.seconds)
+                best = rate if best is None else max(best, rate)
+                break
+    return best
