@@ -30,7 +30,7 @@ def render_page(data: ReportData) -> str:
     return environment.get_template(TEMPLATE).render(
         data=data, summary=summary, charts=charts,
         throughput=Markup(throughput) if throughput else None,
-        peak_rate=_peak_rate(data), cap=MAX_CHART_VALUES,
+        steady_rate=_steady_rate(data), cap=MAX_CHART_VALUES,
         sample_columns=[data.id_column, *data.input_columns, *data.result_columns, "error"],
     )
 
@@ -47,14 +47,10 @@ def _number(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def _peak_rate(data: ReportData) -> float | None:
-    """The fastest rows/s between two written pieces at least 5 s apart."""
-    best = None
-    points = data.writes
-    for i, start in enumerate(points):
-        for end in points[i + 1:]:
-            if end.seconds - start.seconds >= 5:
-                rate = (end.rows - start.rows) / (end.seconds - start.seconds)
-                best = rate if best is None else max(best, rate)
-                break
-    return best
+def _steady_rate(data: ReportData) -> float | None:
+    """Rows/s from the first written piece to the last: the rate once rows came,
+    without the start-up (starting Ray, loading the model) the run's average includes."""
+    points = data.writes[1:]
+    if len(points) < 2 or points[-1].seconds <= points[0].seconds:
+        return None
+    return (points[-1].rows - points[0].rows) / (points[-1].seconds - points[0].seconds)

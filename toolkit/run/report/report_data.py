@@ -34,7 +34,7 @@ MAX_CATEGORIES = 25
 SAMPLE_OK_ROWS = 12
 SAMPLE_ERROR_ROWS = 6
 #: Characters of one cell shown in the sample table.
-MAX_CELL_CHARS = 300
+MAX_CELL_CHARS = 160
 #: Error kinds listed (the rest are summed into one line), example ids per kind.
 MAX_ERROR_KINDS = 20
 EXAMPLE_IDS_PER_KIND = 5
@@ -243,7 +243,6 @@ _VOLATILE = [
      "<id>"),
     (re.compile(r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b"), "<id>"),
     (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
-    (re.compile(r"'[^']{20,}'|\"[^\"]{20,}\""), "'...'"),
 ]
 
 
