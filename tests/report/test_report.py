@@ -181,3 +181,51 @@ def test_chromium_renders_a_visible_page_with_the_counts(caption_run, tmp_path):
                        ("ok", "rows_ok"), ("error rows", "error_rows")):
         assert re.search(rf"{label}\s+{summary[key]:,}\b", text, re.I), label
     assert "generated_caption" in text
+
+
+def test_checks_confidences_and_finish_reasons_are_shown_when_a_run_has_them(dates_run,
+                                                                              tmp_path):
+    """Columns and summary sections other jobs and engines add are picked up generically."""
+    copy = tmp_path / "out"
+    shutil.copytree(dates_run[0], copy)
+    summary = summary_of(copy)
+    summary["checks"] = {"date_is_parseable": {"failed": 7, "rate": 0.1167}}
+    (copy / "_summary.json").write_text(json.dumps(summary))
+    part = next(copy.glob("part-*.parquet"))
+    table = pq.read_table(part)
+    rows = table.num_rows
+    table = table.append_column("resp_confidence", pa.array([i / rows for i in range(rows)]))
+    table = table.append_column("finish_reason", pa.array(["stop"] * (rows - 1) + ["length"]))
+    pq.write_table(table, part)
+
+    data = gather_report_data(RunDirectory(str(copy)))
+    assert data.checks == {"date_is_parseable": {"failed": 7, "rate": 0.1167}}
+    kinds = {column.name: column.kind for column in data.columns}
+    assert kinds["resp_confidence"] == "confidence"
+    assert kinds["finish_reason"] == "categories"
+    finish = next(c for c in data.columns if c.name == "finish_reason")
+    assert finish.categories == [("stop", rows - 1), ("length", 1)]
+
+    toolkit("report", str(copy), cwd=tmp_path)
+    html = (copy / REPORT_FILE).read_text()
+    assert re.search(r"date_is_parseable</td><td class=\"num\">7</td>\s*"
+                     r"<td class=\"num\">11.67%</td>", html)
+
+
+def test_a_report_of_a_run_on_an_object_store(dates_run):
+    """Object stores have no directories (as s3://): the same report, written there."""
+    import fsspec
+    import pyarrow.fs
+
+    memory = fsspec.filesystem("memory")
+    memory.store.clear()
+    for path in dates_run[0].rglob("*"):
+        if path.is_file():
+            memory.pipe(f"/bucket/out/{path.relative_to(dates_run[0])}", path.read_bytes())
+    fs = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(memory))
+    from toolkit.run.report import write_report
+
+    written = write_report(RunDirectory("/bucket/out", filesystem=fs))
+    assert written == "/bucket/out/_report.html"
+    html = memory.cat("/bucket/out/_report.html").decode()
+    assert stat(html, "rows-written") == f"{summary_of(dates_run[0])['rows_written']:,}"

@@ -22,8 +22,9 @@ from toolkit.run.run_directory import RunDirectory
 REPORT_FILE = "_report.html"
 
 
-def render_report(output: str) -> str:
-    """The HTML report of the finished run in ``output`` (a local path or a URI).
+def render_report(output: str | RunDirectory) -> str:
+    """The HTML report of the finished run in ``output`` (a local path, a URI, or the
+    run directory itself).
 
     Raises:
         FileNotFoundError: ``output`` holds no finished run.
@@ -31,23 +32,26 @@ def render_report(output: str) -> str:
     from toolkit.run.report.page import render_page
     from toolkit.run.report.report_data import gather_report_data
 
-    return render_page(gather_report_data(RunDirectory(output)))
+    run_dir = output if isinstance(output, RunDirectory) else RunDirectory(output)
+    return render_page(gather_report_data(run_dir))
 
 
-def write_report(output: str, destination: str | Path | None = None) -> str:
+def write_report(output: str | RunDirectory, destination: str | Path | None = None) -> str:
     """Write the report of the finished run in ``output``; return where it went.
 
     Args:
-        output: The run directory (``data.output``): a local path or ``s3://...``.
+        output: The run directory (``data.output``): a local path or ``s3://...``,
+            or its :class:`~toolkit.run.run_directory.RunDirectory`.
         destination: A local file to write; default ``_report.html`` inside
             ``output`` (recorded in its manifest as the toolkit's own file).
 
     Raises:
         FileNotFoundError: ``output`` holds no finished run.
     """
-    html = render_report(output).encode()
+    run_dir = output if isinstance(output, RunDirectory) else RunDirectory(output)
+    html = render_report(run_dir).encode()
     if destination is None:
-        return RunDirectory(output).write_file(REPORT_FILE, html)
+        return run_dir.write_file(REPORT_FILE, html)
     path = Path(destination)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(html)

@@ -82,7 +82,7 @@ class ReportData(BaseModel):
     fingerprint: str | None
     finished_at: str | None = Field(description="When _summary.json was written (UTC).")
     summary: RunSummary
-    checks: dict[str, dict[str, float]] = Field(
+    checks: dict[str, dict[str, int | float]] = Field(
         default_factory=dict, description="_summary.json's checks: name -> failed, rate.")
     id_column: str
     input_columns: list[str]
@@ -139,7 +139,7 @@ def _result_columns(summary: RunSummary, names: list[str], id_column: str) -> li
     return [n for n in names if n in shown or n in extra]
 
 
-def _checks(raw: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _checks(raw: dict[str, Any]) -> dict[str, dict[str, int | float]]:
     checks = raw.get("checks")
     if not isinstance(checks, dict):
         return {}
