@@ -88,6 +88,7 @@ def _bars(categories: list[tuple[str, int]]) -> str:
                        color="#4a5160")
         axes.grid(axis="y", visible=False)
         axes.set_xlim(0, max(counts) * 1.15)
+        _thousands(axes.xaxis)
         axes.set_xlabel("rows")
         return _svg(figure)
 
@@ -100,9 +101,14 @@ def _histogram(values: list[float], confidence: bool, xlabel: str) -> str:
         low, high = min(values), max(values)
         if confidence:
             low, high = min(low, 0.0), max(high, 1.0)
-        bins = 20 if high > low else 1
-        axes.hist(values, bins=bins, range=(low, high) if high > low else None, color=ACCENT,
-                  edgecolor="white", linewidth=0.6)
+        if all(float(v).is_integer() for v in values) and 0 < high - low <= 60:
+            # Counts (tokens, characters): a bar per whole number, no empty slivers between.
+            bins: Any = [x - 0.5 for x in range(int(low), int(high) + 2)]
+        else:
+            bins = 20 if high > low else 1
+        axes.hist(values, bins=bins, range=(low, high) if high > low and isinstance(bins, int)
+                  else None, color=ACCENT, edgecolor="white", linewidth=0.6)
+        _thousands(axes.yaxis)
         axes.set_xlabel(xlabel)
         axes.set_ylabel("rows")
         return _svg(figure)
@@ -115,6 +121,7 @@ def _discrete(values: list[float], distinct: list[float], xlabel: str) -> str:
         axes.bar_label(bars, labels=[f"{c:,}" for c in counts], padding=2, fontsize=9,
                        color="#4a5160")
         axes.set_ylim(0, max(counts) * 1.15)
+        _thousands(axes.yaxis)
         axes.grid(axis="x", visible=False)
         axes.set_xlabel(xlabel)
         axes.set_ylabel("rows")
@@ -134,7 +141,16 @@ def throughput_chart(points: list[WritePoint]) -> str | None:
         axes.set_ylabel("rows written")
         axes.set_ylim(bottom=0)
         axes.set_xlim(left=0)
+        _thousands(axes.yaxis)
         return _svg(figure)
+
+
+def _thousands(axis: Any) -> None:
+    """At most 6 ticks, written 12,000 rather than 12000."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(6, integer=True))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
 
 
 def _label(value: str) -> str:
