@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.run.report.charts import column_chart, throughput_chart
-from toolkit.run.report.report_data import MAX_CHART_VALUES, ReportData
+from toolkit.run.report.report_data import ReportData
 
 TEMPLATE = "report.html.j2"
 
@@ -30,7 +30,7 @@ def render_page(data: ReportData) -> str:
     return environment.get_template(TEMPLATE).render(
         data=data, summary=summary, charts=charts,
         throughput=Markup(throughput) if throughput else None,
-        steady_rate=_steady_rate(data), cap=MAX_CHART_VALUES,
+        steady_rate=_steady_rate(data),
         sample_columns=[data.id_column, *data.input_columns, *data.result_columns, "error"],
     )
 

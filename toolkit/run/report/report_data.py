@@ -315,6 +315,8 @@ def _sample_rows(dataset: Any, id_column: str, inputs: list[str],
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value):,} bytes>"
     if isinstance(value, list) and len(value) > 8:
