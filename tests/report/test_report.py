@@ -190,12 +190,14 @@ def test_checks_confidences_and_finish_reasons_are_shown_when_a_run_has_them(dat
     shutil.copytree(dates_run[0], copy)
     summary = summary_of(copy)
     summary["checks"] = {"date_is_parseable": {"failed": 7, "rate": 0.1167}}
+    summary["samples"][0]["embedding"] = [0.6, 0.8]  # as a job with vectors shows them
     (copy / "_summary.json").write_text(json.dumps(summary))
     part = next(copy.glob("part-*.parquet"))
     table = pq.read_table(part)
     rows = table.num_rows
     table = table.append_column("resp_confidence", pa.array([i / rows for i in range(rows)]))
     table = table.append_column("finish_reason", pa.array(["stop"] * (rows - 1) + ["length"]))
+    table = table.append_column("embedding", pa.array([[0.6, 0.8, 0.0]] * rows))
     pq.write_table(table, part)
 
     data = gather_report_data(RunDirectory(str(copy)))
@@ -205,6 +207,8 @@ def test_checks_confidences_and_finish_reasons_are_shown_when_a_run_has_them(dat
     assert kinds["finish_reason"] == "categories"
     finish = next(c for c in data.columns if c.name == "finish_reason")
     assert finish.categories == [("stop", rows - 1), ("length", 1)]
+    embedding = next(c for c in data.columns if c.name == "embedding")
+    assert (embedding.kind, embedding.dimension, embedding.mean_norm) == ("vector", 3, 1.0)
 
     toolkit("report", str(copy), cwd=tmp_path)
     html = (copy / REPORT_FILE).read_text()

@@ -157,6 +157,7 @@ def _modified(run_dir: RunDirectory, name: str) -> str | None:
 def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigures], int]:
     """Each column's figures, from batches of only those columns (every ``stride``-th
     row kept for histograms). Returns them and how many rows the samples came from."""
+    import numpy
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -192,9 +193,15 @@ def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigure
                         *pc.value_counts(array.drop_null()).flatten())})
                 samples[name] += pc.cast(array.take(keep), pa.float64()).drop_null().to_pylist()
             elif kind == "vector":
-                for vector in array.take(keep).drop_null().to_pylist():
-                    dims[name] = len(vector)
-                    norms[name].append(math.sqrt(sum(x * x for x in vector if x is not None)))
+                vectors = array.take(keep).drop_null()
+                if len(vectors):
+                    # One numpy pass: a Python loop over 50,000 x 1,024 floats takes seconds.
+                    flat = pc.list_flatten(vectors).to_numpy(zero_copy_only=False)
+                    lengths = pc.list_value_length(vectors).to_numpy(zero_copy_only=False)
+                    dims[name] = int(lengths.max())
+                    squares = numpy.add.reduceat(numpy.nan_to_num(flat.astype(float)) ** 2,
+                                                 numpy.r_[0, numpy.cumsum(lengths)[:-1]])
+                    norms[name] += numpy.sqrt(squares).tolist()
     figures = []
     for name in columns:
         kind = _kind_of(name, schema.field(name).type)
@@ -320,6 +327,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value):,} bytes>"
     if isinstance(value, list) and len(value) > 8:
-        return f"[{', '.join(map(str, value[:8]))}, ... ({len(value)} values)]"
+        shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value[:8])
+        return f"[{shown}, ... ({len(value)} values)]"
     text = str(value)
     return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS - 3] + "..."
