@@ -172,7 +172,7 @@ def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigure
     norms: dict[str, list[float]] = {c: [] for c in columns}
     dims: dict[str, int | None] = dict.fromkeys(columns)
     seen = 0
-    for batch in dataset.to_batches(columns=columns):
+    for batch in _scan(dataset, columns, batch_size=131_072).to_batches():
         keep = pa.array(range(-seen % stride, batch.num_rows, stride), pa.int64())
         seen += batch.num_rows
         for name in columns:
@@ -272,8 +272,8 @@ def _error_kinds(dataset: Any, id_column: str) -> tuple[list[ErrorKind], int]:
 
     counts: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
-    for batch in dataset.to_batches(columns=[id_column, ERROR_COLUMN],
-                                    filter=pc.field(ERROR_COLUMN).is_valid()):
+    for batch in _scan(dataset, [id_column, ERROR_COLUMN],
+                       pc.field(ERROR_COLUMN).is_valid()).to_batches():
         for row_id, message in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
             kind = error_kind(str(message))
             counts[kind] += 1
@@ -306,15 +306,22 @@ def _writes(run_dir: RunDirectory, dataset: Any, summary: RunSummary) -> list[Wr
     return points
 
 
+def _scan(dataset: Any, columns: list[str], filter: Any = None,
+          batch_size: int = 16_384) -> Any:
+    """A scanner of ``columns`` that reads little ahead: Arrow's defaults (16 batches of
+    128k rows, 4 files at once) hold hundreds of MB of a wide output for a sample of 18 rows."""
+    return dataset.scanner(columns=columns, filter=filter, batch_size=batch_size,
+                           batch_readahead=2, fragment_readahead=1)
+
+
 def _sample_rows(dataset: Any, id_column: str, inputs: list[str],
                  results: list[str]) -> list[dict[str, str]]:
     """The first ok rows and error rows, inputs beside outputs, each cell as short text."""
     import pyarrow.compute as pc
 
     columns = [id_column, *inputs, *results, ERROR_COLUMN]
-    ok = dataset.head(SAMPLE_OK_ROWS, columns=columns, filter=pc.field(ERROR_COLUMN).is_null())
-    bad = dataset.head(SAMPLE_ERROR_ROWS, columns=columns,
-                       filter=pc.field(ERROR_COLUMN).is_valid())
+    ok = _scan(dataset, columns, pc.field(ERROR_COLUMN).is_null()).head(SAMPLE_OK_ROWS)
+    bad = _scan(dataset, columns, pc.field(ERROR_COLUMN).is_valid()).head(SAMPLE_ERROR_ROWS)
     return [{name: _cell(value) for name, value in row.items()}
             for row in ok.to_pylist() + bad.to_pylist()]
 
