@@ -18,6 +18,7 @@ from toolkit.run.report.report_data import ColumnFigures, WritePoint
 
 ACCENT = "#3b6fd8"
 ERROR_RED = "#d0483e"
+RATE_ORANGE = "#e08a1e"
 #: Bars shown in a category chart; the rest are summed into one "(N others)" bar.
 MAX_BARS = 12
 
@@ -138,11 +139,42 @@ def throughput_chart(points: list[WritePoint]) -> str | None:
         axes.fill_between(seconds, rows, step="post", color=ACCENT, alpha=0.12)
         axes.step(seconds, rows, where="post", color=ACCENT, linewidth=1.8)
         axes.set_xlabel("seconds since the run started")
-        axes.set_ylabel("rows written")
+        axes.set_ylabel("rows written", color=ACCENT)
         axes.set_ylim(bottom=0)
         axes.set_xlim(left=0)
         _thousands(axes.yaxis)
+        windows = _rate_windows(points)
+        if windows:
+            rate_axes = axes.twinx()
+            rate_axes.stairs([rate for _, _, rate in windows],
+                             [windows[0][0], *[end for _, end, _ in windows]],
+                             color=RATE_ORANGE, linewidth=1.4, baseline=None)
+            rate_axes.set_ylabel("rows/s", color=RATE_ORANGE)
+            rate_axes.set_ylim(bottom=0)
+            rate_axes.grid(False)
+            rate_axes.spines["right"].set_visible(True)
+            _thousands(rate_axes.yaxis)
         return _svg(figure)
+
+
+def _rate_windows(points: list[WritePoint]) -> list[tuple[float, float, float]]:
+    """(start, end, rows/s) over equal windows from the first written piece to the last
+    (the start-up before it has no rows to rate), about 3 pieces a window and at most
+    12 windows; [] for fewer than 6 pieces."""
+    if len(points) < 7:
+        return []
+    count = min(12, (len(points) - 1) // 3)
+    first, last = points[1].seconds, points[-1].seconds
+    if last <= first:
+        return []
+    width = (last - first) / count
+    windows = []
+    for i in range(count):
+        start, end = first + i * width, first + (i + 1) * width
+        rows = sum(b.rows - a.rows for a, b in zip(points[1:], points[2:])
+                   if start < b.seconds <= end or (i == 0 and b.seconds == start))
+        windows.append((start, end, rows / width))
+    return windows
 
 
 def _thousands(axis: Any) -> None:
