@@ -233,3 +233,16 @@ def test_a_report_of_a_run_on_an_object_store(dates_run):
     assert written == "/bucket/out/_report.html"
     html = memory.cat("/bucket/out/_report.html").decode()
     assert stat(html, "rows-written") == f"{summary_of(dates_run[0])['rows_written']:,}"
+
+
+def test_without_matplotlib_the_report_has_its_figures_but_no_charts(dates_run, tmp_path):
+    """A cluster image without matplotlib still gets a report (and the run never fails)."""
+    script = (
+        "import sys; sys.modules['matplotlib'] = None\n"  # as if it weren't installed
+        "from toolkit.run.report import write_report\n"
+        f"print(write_report({str(dates_run[0])!r}, 'page.html'))\n"
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=tmp_path, check=True)
+    html = (tmp_path / "page.html").read_text()
+    assert "<svg" not in html and "lacks matplotlib" in html
+    assert stat(html, "rows-written") == f"{summary_of(dates_run[0])['rows_written']:,}"

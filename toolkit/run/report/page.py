@@ -22,13 +22,20 @@ def render_page(data: ReportData) -> str:
         lstrip_blocks=True,
     )
     environment.filters["num"] = _number
+    # A cluster image may lack matplotlib (a core dependency, but images are the
+    # user's): the page then has every figure and table, without the charts.
+    try:
+        import matplotlib  # noqa: F401
+        can_draw = True
+    except ImportError:
+        can_draw = False
     # The only markup not escaped: SVG that matplotlib wrote (it escapes the labels).
-    charts = [(column, Markup(svg) if (svg := column_chart(column)) else None)
+    charts = [(column, Markup(svg) if can_draw and (svg := column_chart(column)) else None)
               for column in data.columns]
-    throughput = throughput_chart(data.writes)
+    throughput = throughput_chart(data.writes) if can_draw else None
     summary = data.summary
     return environment.get_template(TEMPLATE).render(
-        data=data, summary=summary, charts=charts,
+        data=data, summary=summary, charts=charts, can_draw=can_draw,
         throughput=Markup(throughput) if throughput else None,
         steady_rate=_steady_rate(data),
         sample_columns=[data.id_column, *data.input_columns, *data.result_columns, "error"],
