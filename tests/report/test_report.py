@@ -68,6 +68,11 @@ def test_a_finished_run_writes_its_report_and_prints_the_path(dates_run):
     # The toolkit's own file: a rerun with --overwrite deletes it, nothing refuses it.
     manifest = json.loads((output / "_manifest.json").read_text())
     assert REPORT_FILE in manifest["made"]
+    # Run again: nothing to do, and the summary still says where the report is.
+    again = toolkit("run", "date-reformat", "--smoke", "--rows", "60", "--output", "out",
+                    cwd=output.parent).stdout
+    assert "Already complete" in again
+    assert "  report:        out/_report.html" in again.splitlines()
 
 
 def test_the_report_counts_are_the_summarys(caption_run, dates_run):

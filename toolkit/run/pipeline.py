@@ -25,7 +25,7 @@ from toolkit.run.model_stages import (
     prepare_stage_rows,
 )
 from toolkit.run.preflight import PreparedRun, preflight
-from toolkit.run.report import REPORT_FILE, write_report
+from toolkit.run.report import write_report
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_formats import run_format
 from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
@@ -344,11 +344,9 @@ def run_pipeline(
     if state is RunState.COMPLETE:
         done = read_summary(spec.data.output)
         if done is not None:
-            report = run_dir.location.rstrip("/") + "/" + REPORT_FILE
             return done.model_copy(update={
                 "rows_this_run": 0, "seconds": round(time.monotonic() - started, 2),
                 "log_file": log_file,
-                "report": redact(report) if run_dir.exists(REPORT_FILE) else None,
                 "notes": ["Already complete: the same spec finished here earlier, so "
                           "nothing was run. Use --overwrite to run it again."],
             })
