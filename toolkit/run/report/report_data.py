@@ -194,6 +194,7 @@ def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigure
                 samples[name] += pc.cast(array.take(keep), pa.float64()).drop_null().to_pylist()
             elif kind == "vector":
                 vectors = array.take(keep).drop_null()
+                vectors = vectors.filter(pc.greater(pc.list_value_length(vectors), 0))
                 if len(vectors):
                     # One numpy pass: a Python loop over 50,000 x 1,024 floats takes seconds.
                     flat = pc.list_flatten(vectors).to_numpy(zero_copy_only=False)
