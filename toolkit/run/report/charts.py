@@ -102,6 +102,13 @@ def _histogram(values: list[float], confidence: bool, xlabel: str) -> str:
         low, high = min(values), max(values)
         if confidence:
             low, high = min(low, 0.0), max(high, 1.0)
+        else:
+            low, high, outside = _shown_range(values, low, high)
+            if outside:
+                axes.set_title(f"{outside:,} rows outside the range shown "
+                               f"({min(values):,.4g} to {max(values):,.4g})",
+                               fontsize=8.5, color="#5d6575", loc="left")
+                values = [v for v in values if low <= v <= high]
         if all(float(v).is_integer() for v in values) and 0 < high - low <= 60:
             # Counts (tokens, characters): a bar per whole number, no empty slivers between.
             bins: Any = [x - 0.5 for x in range(int(low), int(high) + 2)]
@@ -113,6 +120,23 @@ def _histogram(values: list[float], confidence: bool, xlabel: str) -> str:
         axes.set_xlabel(xlabel)
         axes.set_ylabel("rows")
         return _svg(figure)
+
+
+def _shown_range(values: list[float], low: float,
+                 high: float) -> tuple[float, float, int]:
+    """The range a histogram shows: without far outliers (beyond 3 interquartile ranges,
+    e.g. a few long documents among short reviews) when they would squeeze every other
+    value into one or two bars. Returns (low, high, values left out)."""
+    ordered = sorted(values)
+    q1, q3 = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
+    spread = q3 - q1
+    if spread <= 0:
+        return low, high, 0
+    inner_low, inner_high = max(low, q1 - 3 * spread), min(high, q3 + 3 * spread)
+    if (high - low) > 4 * (inner_high - inner_low):
+        outside = sum(1 for v in values if v < inner_low or v > inner_high)
+        return inner_low, inner_high, outside
+    return low, high, 0
 
 
 def _discrete(values: list[float], distinct: list[float], xlabel: str) -> str:
