@@ -62,6 +62,7 @@ def _svg(figure: Any) -> str:
     svg = buffer.getvalue()
     # Inline in HTML: no XML prolog or DOCTYPE; scales with its grid cell.
     svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
     return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', svg, count=1)
 
 
