@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from toolkit.cli.main import main
 
-HEAVY = ("ray", "torch", "transformers", "vllm")
+HEAVY = ("ray", "torch", "transformers", "vllm", "matplotlib")
 
 CHECK_IMPORTS = """
 import sys
@@ -28,7 +28,7 @@ print("HEAVY:" + ",".join(m for m in {heavy!r} if m in sys.modules))
 
 
 @pytest.mark.parametrize("args", [["--help"], ["show", "text-industry", "--rows", "1M"],
-                                  ["run", "--help"], ["jobs"]])
+                                  ["run", "--help"], ["report", "--help"], ["jobs"]])
 def test_fast_commands_do_not_import_heavy_libraries(args):
     result = subprocess.run(
         [sys.executable, "-c", CHECK_IMPORTS.format(args=args, heavy=HEAVY)],

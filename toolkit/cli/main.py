@@ -17,7 +17,7 @@ from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
 from toolkit.cli.errors import to_click
 from toolkit.cli.serve_command import serve_command
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
-from toolkit.errors import ToolkitError, debug_enabled
+from toolkit.errors import SpecError, ToolkitError, debug_enabled
 
 class ToolkitGroup(click.Group):
     """Shows the library's errors as click's (``Error:``, ``Hint:``, their exit code) and
@@ -240,6 +240,31 @@ def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str
     click.echo(format_summary(summary))
 
 
+@main.command("report")
+@click.argument("output")
+@click.option("-o", "--out", "destination", type=click.Path(dir_okay=False, path_type=Path),
+              help="HTML file to write (default: _report.html inside OUTPUT).")
+def report_command(output: str, destination: Path | None) -> None:
+    """Write the HTML report of the finished run in OUTPUT and print its path.
+
+    One self-contained file (no scripts, nothing from the network): the run's counts,
+    checks and figures, a chart per result column, errors grouped by kind, rows/s
+    over the run, tokens and GPU-hours, and sample rows with inputs beside outputs.
+    Every finished run writes it already, as OUTPUT/_report.html; this rewrites it
+    or writes it elsewhere.
+
+    \b
+    Examples:
+      toolkit report out/date-reformat
+      toolkit report s3://my-bucket/runs/industry -o industry.html
+    """
+    from toolkit.run.report import write_report
+
+    try:
+        click.echo(write_report(output, destination))
+    except FileNotFoundError as exc:
+        raise SpecError(f"{exc}.", hint="Give the --output directory of a run that "
+                           "finished (it holds _summary.json).") from None
 
 
 @main.group("samples")

@@ -25,6 +25,7 @@ from toolkit.run.model_stages import (
     prepare_stage_rows,
 )
 from toolkit.run.preflight import PreparedRun, preflight
+from toolkit.run.report import write_report
 from toolkit.run.run_directory import RunDirectory, RunState
 from toolkit.run.run_formats import run_format
 from toolkit.run.progress_sources import WrittenRows
@@ -57,6 +58,7 @@ from toolkit.spec.row_contract import (
     plain,
     row_error,
 )
+from toolkit.spec.redaction import redact
 from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
@@ -430,7 +432,19 @@ def run_pipeline(
         log_file=log_file, attempts=attempt_summaries(manifest),
     )
     run_dir.finish()
-    return summary
+    return with_report(summary, spec.data.output)
+
+
+def with_report(summary: RunSummary, output: str) -> RunSummary:
+    """Write the run's ``_report.html``; the summary with its path, or with a one-line
+    note saying why there is none. The results are written by now, and a report is
+    only a view of them: no failure here fails the run."""
+    try:
+        return summary.model_copy(update={"report": redact(write_report(output))})
+    except Exception as exc:  # noqa: BLE001 - see above: never fail a finished run
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        note = f"Warning: the run report was not written ({type(exc).__name__}: {reason})."
+        return summary.model_copy(update={"notes": [*summary.notes, note]})
 
 
 def first_error(run_dir: RunDirectory, spec: JobSpec) -> str | None:

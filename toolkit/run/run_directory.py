@@ -463,6 +463,15 @@ class RunDirectory:
         with self.fs.open_output_stream(self._fs_path(name)) as stream:
             stream.write(json.dumps(content, indent=2, default=str).encode())
 
+    def write_file(self, name: str, content: bytes) -> str:
+        """Write one of the toolkit's own files (recorded in the manifest first, so a
+        rerun or ``--overwrite`` knows it is the toolkit's); return its path as
+        ``location`` spells it."""
+        self.claim(name)
+        with self.fs.open_output_stream(self._fs_path(name)) as stream:
+            stream.write(content)
+        return self.location.rstrip("/") + "/" + name
+
     def read_json(self, name: str) -> dict[str, Any] | None:
         return self._read_json(name)
 

@@ -124,6 +124,10 @@ class RunSummary(BaseModel):
         None, description="Where Ray's and the engine's own output went during the run "
         "(None when it went to the terminal, with -v, or on a cluster)."
     )
+    report: str | None = Field(
+        None, description="The run report (_report.html in the output), written after "
+        "this summary; None when it could not be written (a note says why)."
+    )
 
 
 #: Per-row token counts the engines report (Ray Data LLM's vLLM stage and ours).
@@ -303,8 +307,18 @@ def attempt_summaries(manifest: Manifest | None) -> list[Attempt]:
 
 def read_summary(output: str) -> RunSummary | None:
     """The summary a finished run left in ``output``, or None if there is none."""
-    content = RunDirectory(output).read_json(SUMMARY_FILE)
-    return RunSummary.model_validate(content) if content is not None else None
+    from toolkit.run.report import REPORT_FILE
+
+    run_dir = RunDirectory(output)
+    content = run_dir.read_json(SUMMARY_FILE)
+    if content is None:
+        return None
+    summary = RunSummary.model_validate(content)
+    # Written after the summary, so not in it: `toolkit status` and a rerun of a
+    # finished run show where it is.
+    if run_dir.exists(REPORT_FILE):
+        summary.report = redact(output.rstrip("/") + "/" + REPORT_FILE)
+    return summary
 
 
 def finished_job_summary(output: str | None) -> RunSummary | None:

@@ -27,6 +27,8 @@ def format_summary(summary: RunSummary) -> str:
     for name, value in summary.figures.items():
         lines.append(f"  {name + ':':14} {value:,}")
     lines.append(f"  output:        {summary.output} (summary in _summary.json)")
+    if summary.report:
+        lines.append(f"  report:        {summary.report}")
     if summary.log_file:
         lines.append(f"  ray log:       {summary.log_file}")
     if summary.samples:

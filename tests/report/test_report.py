@@ -1,0 +1,253 @@
+"""The run report: what a user opens after a run.
+
+Real runs through the real CLI (tiny smoke models, a few dozen rows), then what the
+report says about them, read from the HTML file and from the page headless Chromium
+renders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from toolkit.run.report import REPORT_FILE
+from toolkit.run.report.report_data import error_kind, gather_report_data
+from toolkit.run.run_directory import RunDirectory
+
+
+def toolkit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    here = Path(sys.executable).with_name("toolkit")
+    command = str(here) if here.exists() else shutil.which("toolkit") or "toolkit"
+    result = subprocess.run([command, *args], capture_output=True, text=True, cwd=cwd,
+                            timeout=600, env={**os.environ, "RAY_ADDRESS": ""})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def caption_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """vlm-caption's smoke run: 50 generated pictures, 2 broken on purpose."""
+    folder = tmp_path_factory.mktemp("captions")
+    result = toolkit("run", "vlm-caption", "--smoke", "--rows", "50", "--output", "out",
+                     cwd=folder)
+    return folder / "out", result.stdout
+
+
+@pytest.fixture(scope="module")
+def dates_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("dates")
+    result = toolkit("run", "date-reformat", "--smoke", "--rows", "60", "--output", "out",
+                     cwd=folder)
+    return folder / "out", result.stdout
+
+
+def summary_of(output: Path) -> dict:
+    return json.loads((output / "_summary.json").read_text())
+
+
+def stat(html: str, name: str) -> str:
+    """The number in the header card's ``name`` box (rows-in, rows-written, ...)."""
+    match = re.search(rf'id="{name}">([^<]*)<', html)
+    assert match, name
+    return match.group(1)
+
+
+def test_a_finished_run_writes_its_report_and_prints_the_path(dates_run):
+    output, printed = dates_run
+    assert "  report:        out/_report.html" in printed.splitlines()
+    assert (output / REPORT_FILE).is_file()
+    # The toolkit's own file: a rerun with --overwrite deletes it, nothing refuses it.
+    manifest = json.loads((output / "_manifest.json").read_text())
+    assert REPORT_FILE in manifest["made"]
+    # Run again: nothing to do, and the summary still says where the report is.
+    again = toolkit("run", "date-reformat", "--smoke", "--rows", "60", "--output", "out",
+                    cwd=output.parent).stdout
+    assert "Already complete" in again
+    assert "  report:        out/_report.html" in again.splitlines()
+
+
+def test_the_report_counts_are_the_summarys(caption_run, dates_run):
+    for output, _ in (caption_run, dates_run):
+        html = (output / REPORT_FILE).read_text()
+        summary = summary_of(output)
+        assert stat(html, "rows-in") == f"{summary['rows_in']:,}"
+        assert stat(html, "rows-written") == f"{summary['rows_written']:,}"
+        assert stat(html, "rows-ok") == f"{summary['rows_ok']:,}"
+        assert stat(html, "error-rows") == f"{summary['error_rows']:,}"
+
+
+def test_date_reformat_shows_its_accuracy(dates_run):
+    output, _ = dates_run
+    html = (output / REPORT_FILE).read_text()
+    accuracy = summary_of(output)["figures"]["accuracy"]
+    assert re.search(r'class="label">accuracy</div><div class="value">'
+                     + re.escape(f"{accuracy:,.3f}" if accuracy >= 1 or accuracy == 0
+                                 else f"{accuracy:.4g}"), html)
+
+
+def test_the_data_behind_the_report(caption_run):
+    output, _ = caption_run
+    data = gather_report_data(RunDirectory(str(output)))
+    summary = summary_of(output)
+    assert data.job == "vlm-caption" and data.engine == "transformers"
+    assert data.fingerprint == json.loads((output / "_manifest.json").read_text())["fingerprint"]
+    assert "generated_caption" in data.result_columns
+    # Every error row is in exactly one kind (the two pictures are broken differently:
+    # one truncated, one not an image at all), each with the ids of its rows.
+    assert summary["error_rows"] == 2
+    assert sum(kind.count for kind in data.error_kinds) + data.other_error_rows == 2
+    assert sorted(kind.message.split(": ", 2)[-1][:26] for kind in data.error_kinds) == [
+        "image data is corrupt or t", "not a recognised image for"]
+    assert all(id.endswith(".jpg") for kind in data.error_kinds for id in kind.example_ids)
+    # Rows over the run end at every row written.
+    assert data.writes[-1].rows == summary["rows_written"]
+    assert any(row["error"] for row in data.sample_rows)
+    caption = next(c for c in data.columns if c.name == "generated_caption")
+    assert caption.values + caption.nulls == summary["rows_written"]
+
+
+def test_error_messages_group_by_kind():
+    assert error_kind("cannot identify image file '/data/pics/img_0042.png' (row 17)") == \
+        error_kind("cannot identify image file '/data/pics/img_0007.png' (row 3)")
+    assert error_kind("request 9f8e7d6c5b4a failed after 3 retries") == \
+        "request <id> failed after <n> retries"
+
+
+def test_the_report_is_self_contained(caption_run):
+    html = (caption_run[0] / REPORT_FILE).read_text()
+    assert "<script" not in html.lower()
+    assert not re.search(r'(src|href)\s*=\s*["\']?\s*(https?:)?//', html, re.I)
+    assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", html, re.I)
+    assert "<svg" in html  # the charts are inline
+    assert len(html) < 2_000_000
+
+
+def test_row_values_are_shown_as_text_not_markup(dates_run, tmp_path):
+    """A hostile value in an input column is text on the page, not a script."""
+    copy = tmp_path / "out"
+    shutil.copytree(dates_run[0], copy)
+    part = next(copy.glob("part-*.parquet"))
+    table = pq.read_table(part)
+    column = "First Name"
+    names = table[column].to_pylist()
+    names[0] = "<script>alert('x')</script>"
+    table = table.set_column(table.schema.get_field_index(column), column, pa.array(names))
+    pq.write_table(table, part)
+
+    written = toolkit("report", str(copy), "-o", "page.html", cwd=tmp_path).stdout.strip()
+    html = (tmp_path / written).read_text()
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
+    assert "<script" not in html
+
+
+def test_report_of_a_directory_without_a_finished_run_says_so(tmp_path):
+    here = Path(sys.executable).with_name("toolkit")
+    result = subprocess.run([str(here), "report", "nowhere"], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode == 2
+    assert "holds no _summary.json: no finished run" in result.stderr
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI: apt-get "
+                    "install chromium; .ci/run does)")
+def test_chromium_renders_a_visible_page_with_the_counts(caption_run, tmp_path):
+    from PIL import Image
+
+    output, _ = caption_run
+    page = (output / REPORT_FILE).resolve().as_uri()
+    shot = tmp_path / "report.png"
+    browser = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+               f"--user-data-dir={tmp_path / 'profile'}"]
+    subprocess.run([*browser, f"--screenshot={shot}", "--window-size=1280,2000", page],
+                   capture_output=True, timeout=120, check=True)
+    image = Image.open(shot).convert("RGB").resize((320, 500))
+    colours = image.getcolors(maxcolors=320 * 500)  # [(pixels, (r, g, b)), ...]
+    not_white = sum(count for count, rgb in colours if min(rgb) < 235)
+    assert not_white > 0.05 * 320 * 500, "the page looks blank"
+    assert len(colours) > 50, "the page has hardly any colours: no charts drawn?"
+
+    dom = subprocess.run([*browser, "--dump-dom", page], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    text = re.sub(r"<[^>]+>", " ", dom)
+    summary = summary_of(output)
+    for label, key in (("rows in", "rows_in"), ("rows written", "rows_written"),
+                       ("ok", "rows_ok"), ("error rows", "error_rows")):
+        assert re.search(rf"{label}\s+{summary[key]:,}\b", text, re.I), label
+    assert "generated_caption" in text
+
+
+def test_checks_confidences_and_finish_reasons_are_shown_when_a_run_has_them(dates_run,
+                                                                              tmp_path):
+    """Columns and summary sections other jobs and engines add are picked up generically."""
+    copy = tmp_path / "out"
+    shutil.copytree(dates_run[0], copy)
+    summary = summary_of(copy)
+    summary["checks"] = {"date_is_parseable": {"failed": 7, "rate": 0.1167}}
+    summary["samples"][0]["embedding"] = [0.6, 0.8]  # as a job with vectors shows them
+    (copy / "_summary.json").write_text(json.dumps(summary))
+    part = next(copy.glob("part-*.parquet"))
+    table = pq.read_table(part)
+    rows = table.num_rows
+    table = table.append_column("resp_confidence", pa.array([i / rows for i in range(rows)]))
+    table = table.append_column("finish_reason", pa.array(["stop"] * (rows - 1) + ["length"]))
+    table = table.append_column("embedding", pa.array([[0.6, 0.8, 0.0]] * rows))
+    pq.write_table(table, part)
+
+    data = gather_report_data(RunDirectory(str(copy)))
+    assert data.checks == {"date_is_parseable": {"failed": 7, "rate": 0.1167}}
+    kinds = {column.name: column.kind for column in data.columns}
+    assert kinds["resp_confidence"] == "confidence"
+    assert kinds["finish_reason"] == "categories"
+    finish = next(c for c in data.columns if c.name == "finish_reason")
+    assert finish.categories == [("stop", rows - 1), ("length", 1)]
+    embedding = next(c for c in data.columns if c.name == "embedding")
+    assert (embedding.kind, embedding.dimension, embedding.mean_norm) == ("vector", 3, 1.0)
+
+    toolkit("report", str(copy), cwd=tmp_path)
+    html = (copy / REPORT_FILE).read_text()
+    assert re.search(r"date_is_parseable</td><td class=\"num\">7</td>\s*"
+                     r"<td class=\"num\">11.67%</td>", html)
+
+
+def test_a_report_of_a_run_on_an_object_store(dates_run):
+    """Object stores have no directories (as s3://): the same report, written there."""
+    import fsspec
+    import pyarrow.fs
+
+    memory = fsspec.filesystem("memory")
+    memory.store.clear()
+    for path in dates_run[0].rglob("*"):
+        if path.is_file():
+            memory.pipe(f"/bucket/out/{path.relative_to(dates_run[0])}", path.read_bytes())
+    fs = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(memory))
+    from toolkit.run.report import write_report
+
+    written = write_report(RunDirectory("/bucket/out", filesystem=fs))
+    assert written == "/bucket/out/_report.html"
+    html = memory.cat("/bucket/out/_report.html").decode()
+    assert stat(html, "rows-written") == f"{summary_of(dates_run[0])['rows_written']:,}"
+
+
+def test_without_matplotlib_the_report_has_its_figures_but_no_charts(dates_run, tmp_path):
+    """A cluster image without matplotlib still gets a report (and the run never fails)."""
+    script = (
+        "import sys; sys.modules['matplotlib'] = None\n"  # as if it weren't installed
+        "from toolkit.run.report import write_report\n"
+        f"print(write_report({str(dates_run[0])!r}, 'page.html'))\n"
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=tmp_path, check=True)
+    html = (tmp_path / "page.html").read_text()
+    assert "<svg" not in html and "lacks matplotlib" in html
+    assert stat(html, "rows-written") == f"{summary_of(dates_run[0])['rows_written']:,}"
