@@ -194,19 +194,23 @@ def test_checks_confidences_and_finish_reasons_are_shown_when_a_run_has_them(dat
     copy = tmp_path / "out"
     shutil.copytree(dates_run[0], copy)
     summary = summary_of(copy)
-    summary["checks"] = {"date_is_parseable": {"failed": 7, "rate": 0.1167}}
+    # A generate job's built-in checks are in every summary; a user's own check too.
+    assert set(summary["checks"]) == {"truncated", "empty", "invalid"}
+    summary["checks"]["date_is_parseable"] = {"failed": 7, "rate": 0.1167}
     summary["samples"][0]["embedding"] = [0.6, 0.8]  # as a job with vectors shows them
     (copy / "_summary.json").write_text(json.dumps(summary))
     part = next(copy.glob("part-*.parquet"))
     table = pq.read_table(part)
     rows = table.num_rows
     table = table.append_column("resp_confidence", pa.array([i / rows for i in range(rows)]))
-    table = table.append_column("finish_reason", pa.array(["stop"] * (rows - 1) + ["length"]))
+    finish = table.schema.get_field_index("finish_reason")
+    table = table.set_column(finish, "finish_reason",
+                             pa.array(["stop"] * (rows - 1) + ["length"]))
     table = table.append_column("embedding", pa.array([[0.6, 0.8, 0.0]] * rows))
     pq.write_table(table, part)
 
     data = gather_report_data(RunDirectory(str(copy)))
-    assert data.checks == {"date_is_parseable": {"failed": 7, "rate": 0.1167}}
+    assert data.checks["date_is_parseable"] == {"failed": 7, "rate": 0.1167}
     kinds = {column.name: column.kind for column in data.columns}
     assert kinds["resp_confidence"] == "confidence"
     assert kinds["finish_reason"] == "categories"
