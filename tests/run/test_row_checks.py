@@ -140,3 +140,13 @@ def test_an_http_servers_finish_reason_and_logprobs_reach_the_row():
     bare = read_response({"payload": {}, "http_response": {
         "choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]}})
     assert bare["generated_logprob"] is None
+
+
+def test_a_smoke_run_of_free_text_answers_has_no_stop_loss_unless_asked():
+    # The random-weight model never ends a free-text answer: all would be "truncated".
+    assert load_job_spec(load_job("vlm-caption"), smoke=True).stop_loss.failure_rate is None
+    assert load_job_spec(load_job("vlm-caption"), smoke=True,
+                         sets=["stop_loss.failure_rate=0.5"]).stop_loss.failure_rate == 0.5
+    assert load_job_spec(load_job("vlm-caption")).stop_loss.failure_rate == 0.5
+    # Choices end: a smoke run of text-industry keeps its stop-loss.
+    assert load_job_spec(load_job("text-industry"), smoke=True).stop_loss.failure_rate == 0.5

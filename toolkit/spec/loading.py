@@ -19,6 +19,7 @@ from toolkit.errors import SpecError
 from toolkit.spec.bounded_yaml import YamlTooLarge, load_bounded
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.quality import StopLossConfig
 from toolkit.spec.engine_kinds import other_kinds_settings
 from toolkit.spec.redaction import redact
 from toolkit.spec.stages import stage_section_problems
@@ -281,7 +282,21 @@ def load_job_spec(
     data["job"] = job.name
     if overrides or sets:
         sources.append("flags")
-    return validate_spec(job, data, source=" + ".join(sources))
+    spec = validate_spec(job, data, source=" + ".join(sources))
+    if smoke and "stop_loss" not in data and free_text_answers(job, spec):
+        # The random-weight model never ends a free-text answer, so every one is cut
+        # off at max_tokens: a smoke run of such a job proves the pipeline, not answers.
+        spec = spec.model_copy(update={"stop_loss": StopLossConfig(failure_rate=None)})
+    return spec
+
+
+def free_text_answers(job: JobDefinition[Any], spec: JobSpec) -> bool:
+    """Whether the job's last stage generates text with no shape to keep to (no choice,
+    regex or JSON schema)."""
+    from toolkit.spec.row_contract import TASK_CONTRACTS
+
+    return (TASK_CONTRACTS[spec.engine.task].chat
+            and job.structured_output(job.options_of(spec)) is None)
 
 
 def spec_to_yaml(spec: JobSpec) -> str:
