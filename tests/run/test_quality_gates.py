@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from toolkit.spec.catalog import load_job
 from toolkit.spec.loading import load_job_spec
@@ -171,3 +172,33 @@ def _setup_write_ids(out: Path) -> set[str]:
     """The write id a retry's setup rewrites pruned files under (not the pipeline's)."""
     attempts = json.loads((out / "_manifest.json").read_text()).get("attempts", [])
     return {a["write_id"] for a in attempts if a.get("write_id")}
+
+
+def test_a_retry_cut_short_while_it_rewrites_files_loses_no_row(tmp_path, monkeypatch):
+    import toolkit.run.retry as retry
+
+    done = toolkit("run", "text-industry", "--smoke", "--rows", "300", "--partitions", "6",
+                   "--set", "sampling.max_tokens=1", "--set", "stop_loss.failure_rate=null",
+                   "--output", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    pruned = []
+    real_prune = retry._prune
+
+    def prune_then_die(*args, **kwargs):  # as a kill between two files would leave it
+        if pruned:
+            raise KeyboardInterrupt
+        pruned.append(args[1])
+        real_prune(*args, **kwargs)
+
+    monkeypatch.setattr(retry, "_prune", prune_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        retry.prepare_retry("out", ["sampling.max_tokens=16"])
+    monkeypatch.setattr(retry, "_prune", real_prune)
+
+    resumed = toolkit("retry", "out", "--set", "sampling.max_tokens=16", cwd=tmp_path)
+
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rows = pd.read_parquet(tmp_path / "out", columns=["Index", "error"])
+    assert sorted(rows["Index"].astype(int)) == list(range(1, 301))
+    assert rows["error"].isna().all()

@@ -9,7 +9,8 @@ reader (``pandas.read_parquet(OUTPUT)``) sees one row per id, the latest attempt
 It is built on the run's own resume, so it is exact under kills too:
 
 1. The attempt is recorded in the manifest (``attempts``), with the new spec's
-   fingerprint, before anything changes (state ``setup``).
+   fingerprint, before anything changes (state ``setup``); a finished run's
+   summary goes next, so the directory no longer reads as finished.
 2. Ray Data's checkpoint is rewritten to hold exactly the ids that stay.
 3. Each result file holding rows to redo is rewritten without them (the new file
    first, under the attempt's own write id, then the old one deleted).
@@ -145,6 +146,7 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
     if write_id not in manifest.write_ids:
         manifest.write_ids.append(write_id)
     had_summary = run_dir.exists(SUMMARY_FILE)
+    before = (manifest.fingerprint, manifest.spec)
     manifest.fingerprint, manifest.spec = fingerprint, spec.model_dump(mode="json")
     run_dir.write_manifest(manifest)  # 1: recorded before anything changes
 
@@ -155,20 +157,22 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
     redo = sum(redo_by_file.values())
     if attempts[0]["rows"] is None:
         attempts[0]["rows"] = len(keep) + redo
-    if redo == 0 and had_summary:  # a finished run where nothing failed
+    if redo == 0 and had_summary:  # a finished run where nothing failed: as it was
         attempts.pop()
         if len(attempts) == 1:
             attempts.clear()
-        manifest.fingerprint = attempts[-1]["fingerprint"] if attempts else manifest.fingerprint
+        manifest.fingerprint, manifest.spec = before
         run_dir.write_manifest(manifest)
         return RetryPlan(attempt=len(attempts), rows_to_redo=0, rows_kept=len(keep),
                          nothing_to_do=True)
+    # The summary goes first: a setup cut short after this is redone, never taken for a
+    # finished run with nothing to redo (its failed rows may be pruned already).
+    if had_summary:
+        run_dir.fs.delete_file(f"{run_dir.root}/{SUMMARY_FILE}")
     _write_checkpoint(run_dir, manifest, keep, id_column)  # 2
     for path, rows in redo_by_file.items():  # 3
         if rows:
             _prune(run_dir, path, write_id, id_column, attempt.get("only"))
-    if had_summary:
-        run_dir.fs.delete_file(f"{run_dir.root}/{SUMMARY_FILE}")
     attempt["rows"] = redo if attempt["rows"] is None else attempt["rows"]
     attempt["state"] = "running"
     run_dir.write_manifest(manifest)  # 4: the pipeline resumes from here
