@@ -16,6 +16,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ class TextGenerationPredictor:
     """The seeds' HuggingFacePredictor, on chat messages."""
 
     def __init__(self, model: str, max_new_tokens: int) -> None:
+        started = time.monotonic()
         from transformers import pipeline
 
         self.pipe = pipeline("text-generation", model=model, device="cpu")
@@ -32,9 +34,15 @@ class TextGenerationPredictor:
         if self.pipe.tokenizer.pad_token_id is None:
             self.pipe.tokenizer.pad_token = self.pipe.tokenizer.eos_token
         self.max_new_tokens = max_new_tokens
+        self.load_seconds: float | None = time.monotonic() - started
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        from toolkit.engines.transformers_engine import log_first_batch
         from toolkit.spec.catalog import load_job
+
+        if self.load_seconds is not None:  # the line the toolkit's engine logs too
+            log_first_batch(len(batch["Company"]), self.load_seconds)
+            self.load_seconds = None
         from toolkit.spec.loading import load_job_spec
 
         job = load_job("text-industry")

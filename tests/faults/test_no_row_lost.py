@@ -29,10 +29,15 @@ BATCH = 64
 
 def toolkit_run(out: Path, *extra: str, job: str = "text-industry",
                 rows: int = ROWS) -> subprocess.Popen:
-    return subprocess.Popen(
+    return toolkit_run_command(
         ["toolkit", "run", job, "--smoke", "--rows", str(rows), "--partitions", "40",
-         "--batch-size", str(BATCH), "--output", str(out), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+         "--batch-size", str(BATCH), "--output", str(out), *extra])
+
+
+def toolkit_run_command(command: list[str]) -> subprocess.Popen:
+    """``command`` in its own process group (so its whole local Ray can be killed)."""
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True,
     )
 

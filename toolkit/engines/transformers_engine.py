@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -97,6 +100,7 @@ class TransformersChatEngine:
         dedupe: bool = True,
         rows_per_call: int | None = None,
     ) -> None:
+        started = time.monotonic()
         import torch
 
         from toolkit.engines.model_source import resolve_model_source
@@ -130,6 +134,7 @@ class TransformersChatEngine:
         self.rows_per_call = rows_per_call
         self._answers: OrderedDict[bytes, Generated] = OrderedDict()
         self._eos_ids: frozenset[int] | None = None
+        self._load_seconds: float | None = time.monotonic() - started
 
     def _load(self, path: str, dtype: str) -> tuple[Any, Any]:
         """Load (tokenizer, model) from ``path``; subclasses load other model kinds."""
@@ -338,6 +343,9 @@ class TransformersChatEngine:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         size = len(batch[MESSAGES_COLUMN])
+        if self._load_seconds is not None:
+            log_first_batch(size, self._load_seconds)
+            self._load_seconds = None
         errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
         answers: list[Generated | None] = [None] * size
         groups: dict[str, list[tuple[int, Any]]] = {}
@@ -367,6 +375,15 @@ class TransformersChatEngine:
             batch[column] = object_column([getattr(a, field) if a else None for a in answers])
         batch[ERROR_COLUMN] = object_column(errors)
         return batch
+
+
+def log_first_batch(rows: int, load_seconds: float) -> None:
+    """One line in the run's log when the first rows reach a worker's model: how long
+    the model took to load and when the work began, so start-up is told from steady
+    work (``bench/vs_seed_pattern.py`` reads it)."""
+    at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    print(f"engine: model loaded in {load_seconds:.1f} s; first batch ({rows} rows) at {at}",
+          file=sys.stderr, flush=True)
 
 
 class Generated(NamedTuple):

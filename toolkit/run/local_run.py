@@ -67,7 +67,7 @@ def run_job(
     """
     from toolkit.run.pipeline import run_pipeline
     from toolkit.run.preflight import preflight
-    from toolkit.run.ray_connection import connect_ray, ray_target
+    from toolkit.run.ray_connection import connect_ray, ray_target, stop_local_ray
     from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 
     target = ray_target(address, os.environ)
@@ -132,9 +132,7 @@ def run_job(
             ) from None
         finally:
             if log_file and connection.started_here:
-                import ray
-
-                ray.shutdown()
+                stop_local_ray()
 
 
 def check_runs_locally(spec: JobSpec) -> None:

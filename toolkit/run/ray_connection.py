@@ -15,8 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -106,6 +109,11 @@ def connect_ray(
             address=runtime.gcs_address, dashboard_url=_dashboard_url(), started_here=False
         )
     target = ray_target(address, os.environ)
+    # The driver imports Ray Data next; that takes about as long as Ray's own start,
+    # during which this process mostly waits on Ray's, so both go at once.
+    importing = threading.Thread(target=importlib.import_module, args=("ray.data",),
+                                 name="import-ray-data", daemon=True)
+    importing.start()
     if target in (None, "local"):
         # "local" even without an address: ray.init(address=None) would join whatever
         # cluster /tmp/ray/ray_current_cluster names, a stale one left by a killed head too.
@@ -149,6 +157,24 @@ def connect_ray(
         on_this_machine=on_this_machine,
         warnings=(warning,) if warning else (),
     )
+
+
+def stop_local_ray() -> None:
+    """Shut down the Ray this process started, at once.
+
+    ``ray.shutdown()`` stops the raylet and the GCS before the autoscaler's monitor,
+    whose SIGTERM handler then reports its "failure" to the GCS that is gone, and is
+    killed only after a 1 s grace period: a second of every local run spent waiting.
+    A Ray started here has nothing to scale, so its monitor is killed first.
+    """
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    for process in getattr(node, "all_processes", {}).get("monitor", []):
+        with contextlib.suppress(Exception):  # already gone: nothing to wait for
+            process.process.kill()
+            process.process.wait(timeout=1)
+    ray.shutdown()
 
 
 def connect_error(

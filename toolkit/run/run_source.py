@@ -35,6 +35,7 @@ from toolkit.run.input_data import (
     local_csv_schema,
     open_input,
 )
+from toolkit.run.progress_sources import expected_rows
 from toolkit.run.run_formats import run_format
 from toolkit.run.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
@@ -90,10 +91,37 @@ def open_run_source(
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
     if data.rows is None:
         check_input_ids(spec, schema.names)
-        return RunSource(ds, True)
+        return RunSource(in_pieces(ds, spec, expected_rows(spec)), True)
     staged = stage_input(spec, run_dir)
     check_input_ids(spec, schema.names, run_dir)
-    return RunSource(ray.data.read_parquet(staged), True)
+    return RunSource(in_pieces(ray.data.read_parquet(staged), spec, data.rows), True)
+
+
+#: A file input is cut into at least this many pieces of whole batches...
+MIN_PIECES = 10
+#: ...of at most this many batches each, so a million rows aren't a million files.
+MAX_BATCHES_PER_PIECE = 32
+
+
+def rows_per_piece(total_rows: int | None, batch_size: int) -> int:
+    """Rows per result file: a tenth of a small input (in whole batches), at most
+    :data:`MAX_BATCHES_PER_PIECE` batches; that many when the total is unknown."""
+    batches = MAX_BATCHES_PER_PIECE
+    if total_rows:
+        batches = min(batches, max(1, math.ceil(total_rows / MIN_PIECES / batch_size)))
+    return batches * batch_size
+
+
+def in_pieces(ds: "Dataset", spec: JobSpec, total_rows: int | None) -> "Dataset":
+    """``ds`` with blocks no larger than a piece (Ray Data's streaming repartition,
+    which leaves smaller blocks as they are).
+
+    Each block is written as one result file once its rows are through the model, so
+    a 640-row file read as one block would show 0 rows until the end and lose them all
+    to a kill; in pieces, progress moves, and a kill loses at most a piece.
+    """
+    batch_size = min(engine.batch_size for _, engine in spec.model_stages)
+    return ds.repartition(target_num_rows_per_block=rows_per_piece(total_rows, batch_size))
 
 
 def check_input_ids(spec: JobSpec, columns: list[str], run_dir: RunDirectory | None = None) -> None:

@@ -1,0 +1,64 @@
+"""A small input still lands in pieces: a 640-row CSV at batch 64 is written as several
+result files while it runs, so progress moves and a kill loses at most a piece.
+
+Run as users run it: ``toolkit run`` on a CSV of their own, in its own process group
+with its own local Ray, killed for real after its first piece and run again.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from test_no_row_lost import (
+    assert_exact,
+    kill_group,
+    settled_row_count,
+    toolkit_run_command,
+    wait_for_rows,
+)
+from toolkit.samples.customers import write_customers_csv
+
+ROWS = 640
+
+
+def run_small_csv(csv: Path, out: Path) -> subprocess.Popen:
+    return toolkit_run_command(
+        ["toolkit", "run", "text-industry", "--smoke", "--input", str(csv),
+         "--batch-size", "64", "--concurrency", "1", "--set", "engine.num_cpus=1",
+         "--output", str(out)])
+
+
+def result_files(out: Path) -> list[Path]:
+    return sorted(out.glob("*.parquet"))
+
+
+def test_a_640_row_csv_is_written_in_pieces_and_a_kill_after_the_first_loses_nothing(
+        tmp_path):
+    csv = write_customers_csv(tmp_path / "customers.csv", rows=ROWS, seed=5)
+
+    whole = run_small_csv(csv, tmp_path / "whole")
+    stdout, _ = whole.communicate(timeout=300)
+    kill_group(whole)
+    assert whole.returncode == 0, stdout
+    pieces = result_files(tmp_path / "whole")
+    assert len(pieces) >= 5, [pq.read_metadata(f).num_rows for f in pieces]
+    assert_exact(tmp_path / "whole", ROWS)
+
+    out = tmp_path / "killed"
+    killed = run_small_csv(csv, out)
+    try:
+        wait_for_rows(out, killed, at_least=1)
+    finally:
+        kill_group(killed)
+    before = settled_row_count(out, "Index")
+    assert 0 < before < ROWS
+
+    rerun = run_small_csv(csv, out)
+    stdout, _ = rerun.communicate(timeout=300)
+    kill_group(rerun)
+    assert rerun.returncode == 0, stdout
+    assert "Resumed:" in stdout
+    assert_exact(out, ROWS)
