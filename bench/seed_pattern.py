@@ -39,11 +39,11 @@ class TextGenerationPredictor:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         from toolkit.engines.transformers_engine import log_first_batch
         from toolkit.spec.catalog import load_job
+        from toolkit.spec.loading import load_job_spec
 
         if self.load_seconds is not None:  # the line the toolkit's engine logs too
             log_first_batch(len(batch["Company"]), self.load_seconds)
             self.load_seconds = None
-        from toolkit.spec.loading import load_job_spec
 
         job = load_job("text-industry")
         options = job.options_of(load_job_spec(job))

@@ -134,6 +134,7 @@ class TransformersChatEngine:
         self.rows_per_call = rows_per_call
         self._answers: OrderedDict[bytes, Generated] = OrderedDict()
         self._eos_ids: frozenset[int] | None = None
+        # Logged with the first batch, then None: the line is written once per worker.
         self._load_seconds: float | None = time.monotonic() - started
 
     def _load(self, path: str, dtype: str) -> tuple[Any, Any]:

@@ -111,9 +111,8 @@ def connect_ray(
     target = ray_target(address, os.environ)
     # The driver imports Ray Data next; that takes about as long as Ray's own start,
     # during which this process mostly waits on Ray's, so both go at once.
-    importing = threading.Thread(target=importlib.import_module, args=("ray.data",),
-                                 name="import-ray-data", daemon=True)
-    importing.start()
+    threading.Thread(target=importlib.import_module, args=("ray.data",),
+                     name="import-ray-data", daemon=True).start()
     if target in (None, "local"):
         # "local" even without an address: ray.init(address=None) would join whatever
         # cluster /tmp/ray/ray_current_cluster names, a stale one left by a killed head too.

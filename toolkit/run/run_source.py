@@ -91,10 +91,10 @@ def open_run_source(
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
     if data.rows is None:
         check_input_ids(spec, schema.names)
-        return RunSource(in_pieces(ds, spec, expected_rows(spec)), True)
+        return RunSource(in_pieces(ds, spec), True)
     staged = stage_input(spec, run_dir)
     check_input_ids(spec, schema.names, run_dir)
-    return RunSource(in_pieces(ray.data.read_parquet(staged), spec, data.rows), True)
+    return RunSource(in_pieces(ray.data.read_parquet(staged), spec), True)
 
 
 #: A file input is cut into at least this many pieces of whole batches...
@@ -112,7 +112,7 @@ def rows_per_piece(total_rows: int | None, batch_size: int) -> int:
     return batches * batch_size
 
 
-def in_pieces(ds: "Dataset", spec: JobSpec, total_rows: int | None) -> "Dataset":
+def in_pieces(ds: "Dataset", spec: JobSpec) -> "Dataset":
     """``ds`` with blocks no larger than a piece (Ray Data's streaming repartition,
     which leaves smaller blocks as they are).
 
@@ -121,6 +121,8 @@ def in_pieces(ds: "Dataset", spec: JobSpec, total_rows: int | None) -> "Dataset"
     to a kill; in pieces, progress moves, and a kill loses at most a piece.
     """
     batch_size = min(engine.batch_size for _, engine in spec.model_stages)
+    # The rows the run reads: --rows, else a Parquet input's count from its footers.
+    total_rows = expected_rows(spec)
     return ds.repartition(target_num_rows_per_block=rows_per_piece(total_rows, batch_size))
 
 
