@@ -104,7 +104,8 @@ class JobStalledError(ToolkitError):
 
 
 class StopLossError(ToolkitError):
-    """A run stopped early because too many of its first rows failed (errors or checks).
+    """Too many of a run's rows failed (errors or checks): seen early, the run stops;
+    seen only when it ended, it fails all the same.
 
     Everything it wrote stays; ``toolkit retry OUTPUT`` redoes the failed rows and the
     ones it never reached.

@@ -37,7 +37,8 @@ def customers_csv(folder: Path, rows: int) -> Path:
 
 
 def test_a_run_cut_off_at_max_tokens_stops_early_and_retry_fixes_it_in_place(tmp_path):
-    customers_csv(tmp_path, 3000)
+    # Long enough (several seconds of rows) for the stop-loss's looks, a second apart.
+    customers_csv(tmp_path, 8000)
 
     stopped = toolkit("run", "text-industry", "--smoke", "--input", "rows.csv",
                       "--set", "sampling.max_tokens=1", "--output", "out", cwd=tmp_path)
@@ -48,7 +49,7 @@ def test_a_run_cut_off_at_max_tokens_stops_early_and_retry_fixes_it_in_place(tmp
     assert "toolkit retry out --set sampling.max_tokens=16" in stopped.stderr
     assert "failed checks: truncated" in stopped.stdout + stopped.stderr  # the progress line
     first = pd.read_parquet(tmp_path / "out")
-    assert 0 < len(first) < 3000, "it stopped before the end, keeping what it wrote"
+    assert 0 < len(first) < 8000, "it stopped before the end, keeping what it wrote"
     assert (first["finish_reason"] == "length").all()
     assert first["error"].str.startswith("truncated: the answer was cut off at max_tokens=1").all()
 
@@ -57,13 +58,13 @@ def test_a_run_cut_off_at_max_tokens_stops_early_and_retry_fixes_it_in_place(tmp
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     assert f"redoing {len(first):,} failed rows" in fixed.stdout
     rows = pd.read_parquet(tmp_path / "out")
-    assert len(rows) == 3000 and rows["Index"].nunique() == 3000
+    assert len(rows) == 8000 and rows["Index"].nunique() == 8000
     assert rows["error"].isna().all()
     assert set(rows["inferred_industry"]) <= TEXT_INDUSTRY_CHOICES
     assert (rows["finish_reason"] == "stop").all()
     assert rows["inferred_industry_confidence"].between(0, 1).all()
     summary = json.loads((tmp_path / "out" / "_summary.json").read_text())
-    assert summary["rows_written"] == 3000 and summary["error_rows"] == 0
+    assert summary["rows_written"] == 8000 and summary["error_rows"] == 0
     assert summary["checks"]["truncated"] == {"failed": 0, "rate": 0.0}
     assert [a["attempt"] for a in summary["attempts"]] == [1, 2]
     assert summary["attempts"][1]["changed"] == ["sampling.max_tokens"]
@@ -72,6 +73,20 @@ def test_a_run_cut_off_at_max_tokens_stops_early_and_retry_fixes_it_in_place(tmp
 
     again = toolkit("retry", "out", cwd=tmp_path)
     assert again.returncode == 0 and "Nothing to retry" in again.stdout
+
+
+def test_a_run_too_short_to_stop_early_fails_the_stop_loss_at_its_end(tmp_path):
+    # All 300 rows must be in before the stop-loss judges, so it can only judge
+    # once they are all written: whenever it looks, the run fails with exit 8.
+    failed = toolkit("run", "text-industry", "--smoke", "--rows", "300", "--set",
+                     "sampling.max_tokens=1", "--set", "stop_loss.min_rows=300",
+                     "--output", "out", cwd=tmp_path)
+
+    assert failed.returncode == 8, failed.stderr[-2000:]
+    assert "300 rows failed (100%), past the stop-loss of 50% after 300 rows" in failed.stderr
+    assert "toolkit retry out --set sampling.max_tokens=16" in failed.stderr
+    assert len(pd.read_parquet(tmp_path / "out")) == 300, "every row is kept"
+    assert not (tmp_path / "out" / "_summary.json").exists(), "nor marked finished"
 
 
 def test_the_stop_loss_can_be_switched_off(tmp_path):

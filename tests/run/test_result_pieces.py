@@ -19,7 +19,7 @@ from toolkit.spec.loading import load_job_spec
     (3000, 64, 320),
     (10, 64, 64),               # never less than a batch
     (1_000_000, 64, 32 * 64),   # 489 files at a million rows, not a million
-    (None, 64, 32 * 64),        # total unknown (a CSV): the largest piece
+    (None, 64, 32 * 64),        # total unknown (a file Arrow cannot read ahead): the largest piece
 ])
 def test_rows_per_piece(total_rows, batch_size, rows):
     assert rows_per_piece(total_rows, batch_size) == rows

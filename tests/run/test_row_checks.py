@@ -105,6 +105,21 @@ def test_the_stop_loss_waits_for_enough_rows_then_names_the_check_and_the_fix():
     assert judge_rows(spec, RowCounts(200, 100, 100), "out") is None  # half is not past half
 
 
+def test_a_run_that_ended_before_the_stop_loss_looked_fails_it_all_the_same():
+    spec = load_job_spec(load_job("text-industry"), smoke=True,
+                         sets=["sampling.max_tokens=2"])
+    every_row = RowCounts(300, 300, 300, (("truncated", 300),))
+
+    error = judge_rows(spec, every_row, "out", finished=True)
+
+    assert error is not None and error.exit_code == 8
+    assert error.message.startswith("Failed at its end: 300 of the 300 rows failed (100%)")
+    assert "all 300 rows are kept in out, and the run is not marked finished" in error.message
+    assert "redo only the failed rows: toolkit retry out --set sampling.max_tokens=16" \
+        in error.hint
+    assert judge_rows(spec, RowCounts(300, 150, 150), "out", finished=True) is None
+
+
 def test_the_stop_loss_quotes_an_error_when_errors_are_what_fails():
     spec = load_job_spec(load_job("text-industry"), smoke=True)
     error = judge_rows(spec, RowCounts(300, 290, 290), "s3://key:secret@bucket/out",

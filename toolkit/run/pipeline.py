@@ -373,6 +373,9 @@ def run_pipeline(
         ResourcesUnavailableError: a stage's workers waited
             ``compute.resource_wait_s`` for resources no node has (exit 3); the
             rows written so far stay, and a rerun resumes.
+        StopLossError: more than ``stop_loss.failure_rate`` of the rows written
+            failed (exit 8), seen while the run went (it stops early) or when it
+            ended; the rows written stay, and no summary is written.
     """
     started = time.monotonic()
     if prepared is None:
@@ -411,6 +414,11 @@ def run_pipeline(
                 run_dir.end_write(write_id)
                 raise stopped.stopped_with from None
             raise
+        # The last rows may have landed after the watch's last look.
+        failed_at_end = stop_loss(finished=True)
+        if failed_at_end is not None:
+            run_dir.end_write(write_id)
+            raise failed_at_end
     # Rows this run wrote, counted from the files' own metadata.
     rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
     notes = [source.note] if source.note else []

@@ -90,11 +90,11 @@ def open_run_source(
     if data.input.startswith(HF_PREFIX):  # streamed: its ids can't be read ahead
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
     if data.rows is None:
-        check_input_ids(spec, schema.names)
-        return RunSource(in_pieces(ds, spec), True)
+        rows = check_input_ids(spec, schema.names)
+        return RunSource(in_pieces(ds, spec, rows), True)
     staged = stage_input(spec, run_dir)
-    check_input_ids(spec, schema.names, run_dir)
-    return RunSource(in_pieces(ray.data.read_parquet(staged), spec), True)
+    rows = check_input_ids(spec, schema.names, run_dir)
+    return RunSource(in_pieces(ray.data.read_parquet(staged), spec, rows), True)
 
 
 #: A file input is cut into at least this many pieces of whole batches...
@@ -112,47 +112,55 @@ def rows_per_piece(total_rows: int | None, batch_size: int) -> int:
     return batches * batch_size
 
 
-def in_pieces(ds: "Dataset", spec: JobSpec) -> "Dataset":
+def in_pieces(ds: "Dataset", spec: JobSpec, total_rows: int | None = None) -> "Dataset":
     """``ds`` with blocks no larger than a piece (Ray Data's streaming repartition,
-    which leaves smaller blocks as they are).
+    which, not strict, leaves smaller blocks as they are).
 
     Each block is written as one result file once its rows are through the model, so
     a 640-row file read as one block would show 0 rows until the end and lose them all
     to a kill; in pieces, progress moves, and a kill loses at most a piece.
+
+    Args:
+        total_rows: The rows the run reads, where counted already (a CSV's ids);
+            default: ``--rows``, or a Parquet input's count from its footers.
     """
     batch_size = min(engine.batch_size for _, engine in spec.model_stages)
-    # The rows the run reads: --rows, else a Parquet input's count from its footers.
-    total_rows = expected_rows(spec)
+    total_rows = total_rows or expected_rows(spec)
     return ds.repartition(target_num_rows_per_block=rows_per_piece(total_rows, batch_size))
 
 
-def check_input_ids(spec: JobSpec, columns: list[str], run_dir: RunDirectory | None = None) -> None:
+def check_input_ids(spec: JobSpec, columns: list[str],
+                    run_dir: RunDirectory | None = None) -> int | None:
     """Refuse repeated or missing ids, reading only ``data.id_column``: of the input
     file(s), or with ``run_dir`` of its staged ``--rows`` slice (exactly the rows run).
 
     Inputs Arrow can't read alone (http(s) URLs, odd files) go unchecked here.
+
+    Returns:
+        The rows read (the run's rows, counted for free), or None where unchecked.
     """
     data = spec.data
     fmt = input_format(data)
     if fmt not in ("csv", "parquet", "json"):  # a folder of pictures: ids are file paths
-        return
+        return None
     if run_dir is not None:
         ids = read_id_column(f"{run_dir.root}/{STAGED_INPUT_DIR}", "parquet", data.id_column,
                              run_dir.fs)
         source = f"{data.input} (in the first {data.rows:,} rows, which this run reads)"
     elif data.input.startswith(("http://", "https://")):
-        return
+        return None
     else:
         path = data.input if "://" in data.input else str(Path(data.input).expanduser())
         ids, source = read_id_column(path, fmt, data.id_column), data.input
     if ids is None:
-        return
+        return None
     try:
         check_unique_ids(ids, data.id_column, source, columns)
     except InputDataError:
         if run_dir is not None:  # a fixed file must be staged afresh
             run_dir.clear_staged_input()
         raise
+    return len(ids)
 
 
 def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:

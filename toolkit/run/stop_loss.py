@@ -7,6 +7,10 @@ counted as they land (error rows and rows that failed a check, see
 :mod:`toolkit.run.row_checks`); once ``stop_loss.min_rows`` are in and more than
 ``stop_loss.failure_rate`` of them failed, the run stops, keeping what it wrote,
 and says which check failed, how often, and what to do.
+
+The rows are looked at every :data:`STOP_LOSS_INTERVAL_S` while the run goes, and
+once more when it ends: a short run can write all its rows between two looks, and
+whether it fails the stop-loss must depend on its rows, not on that timing.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from toolkit.spec.models import JobSpec
 from toolkit.spec.quality import BUILTIN_CHECKS
 from toolkit.spec.redaction import redact
 
-#: Seconds between looks at the rows written.
-STOP_LOSS_INTERVAL_S = 2.0
+#: Seconds between looks at the rows written (a listing of the output, and the
+#: footers of files new since the last look).
+STOP_LOSS_INTERVAL_S = 1.0
 
 
 def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
-               first_error: Callable[[], str | None] = lambda: None) -> StopLossError | None:
+               first_error: Callable[[], str | None] = lambda: None, *,
+               finished: bool = False) -> StopLossError | None:
     """The error that stops the run, or None while the rows written pass the stop-loss.
 
     Args:
@@ -32,6 +38,8 @@ def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
         counts: The rows this run wrote so far.
         output: Where they are (for the retry command in the message).
         first_error: Reads one error row's message, for a run failing with errors.
+        finished: The run wrote all its rows (the look when it ends): the error then
+            fails the run after the fact rather than stopping it early.
     """
     output = redact(output)
     limit = spec.stop_loss
@@ -53,13 +61,22 @@ def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
         cause = (f"{counts.errors:,} are error rows"
                  + (f", e.g. {example!r}" if example else ""))
     fix = _advice(spec, worst)
+    if finished:
+        opening, which, kept = "Failed at its end", "", (
+            f"The run wrote its last row before the stop-loss could stop it: all "
+            f"{counts.rows:,} rows are kept in {output}, and the run is not marked finished.")
+        redo, going_on = "redo only the failed rows", "To accept such a run"
+    else:
+        opening, which, kept = "Stopped early", "first ", \
+            f"The rows written so far are kept in {output}."
+        redo, going_on = "redo only the failed rows and the ones not reached", \
+            "To let the run go on anyway"
     return StopLossError(
-        f"Stopped early: {failing:,} of the first {counts.rows:,} rows failed ({share:.0f}%), "
+        f"{opening}: {failing:,} of the {which}{counts.rows:,} rows failed ({share:.0f}%), "
         f"past the stop-loss of {limit.failure_rate:.0%} after {limit.min_rows:,} rows; "
-        f"{cause}. The rows written so far are kept in {output}.",
-        hint=f"{fix} Then redo only the failed rows and the ones not reached: toolkit retry "
-        f"{output}{_retry_sets(spec, worst)}. To let the run go on anyway, pass "
-        "--set stop_loss.failure_rate=null.",
+        f"{cause}. {kept}",
+        hint=f"{fix} Then {redo}: toolkit retry {output}{_retry_sets(spec, worst)}. "
+        f"{going_on}, pass --set stop_loss.failure_rate=null.",
     )
 
 
@@ -88,8 +105,8 @@ class StopLossWatch:
                  first_error: Callable[[], str | None] = lambda: None) -> None:
         self.spec, self.count, self.first_error = spec, count, first_error
 
-    def __call__(self) -> StopLossError | None:
+    def __call__(self, *, finished: bool = False) -> StopLossError | None:
         if self.spec.stop_loss.failure_rate is None:
             return None
         return judge_rows(self.spec, row_counts(self.count()), self.spec.data.output,
-                          self.first_error)
+                          self.first_error, finished=finished)
