@@ -200,8 +200,13 @@ class Supervisor:
     def _finish(self, batch: Batch, run: RunRecord,
                 status: Literal["completed", "failed", "cancelled"],
                 failure: str | None = None) -> Batch:
-        """The run is over: its rows become the batch's files, then the final status."""
-        batch.status, batch.finalizing_at = "finalizing", self._now()
+        """The run is over: its rows become the batch's files, then the final status.
+
+        While the files are written a cancelled batch stays ``cancelling`` (as OpenAI's
+        do: ``finalizing`` means results of a batch that ran to its end).
+        """
+        if status != "cancelled":
+            batch.status, batch.finalizing_at = "finalizing", self._now()
         run = run.model_copy(update={"ending": status, "failure": failure})
         self.store.save_batch(batch, run)
         results = write_batch_files(self.store, batch.id, batch.request_counts.total)
