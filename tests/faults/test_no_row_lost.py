@@ -58,7 +58,7 @@ def wait_for_rows(out: Path, proc: subprocess.Popen, at_least: int, timeout: flo
     while written_rows(out) < at_least:
         assert proc.poll() is None, "the run ended before the fault could be injected"
         assert time.monotonic() < deadline, "rows were not written in time"
-        # Often: a fast machine writes a 640-row smoke run's pieces within half a second.
+        # Look often: a fast machine writes a 640-row smoke run's pieces in half a second.
         time.sleep(0.1)
 
 

@@ -410,15 +410,13 @@ def run_pipeline(
                     stopping_when(stop_loss, stopped, interval_s=STOP_LOSS_INTERVAL_S):
                 write_results(ds, run_dir, spec.data.output_format, write_id)
         except KeyboardInterrupt:
-            if stopped.stopped_with is not None:
-                run_dir.end_write(write_id)
-                raise stopped.stopped_with from None
-            raise
-        # The last rows may have landed after the watch's last look.
-        failed_at_end = stop_loss(finished=True)
-        if failed_at_end is not None:
+            if stopped.stopped_with is None:  # the user's Ctrl-C
+                raise
+        # A watcher stopped the run, or its last rows landed after the stop-loss's last look.
+        ended_with = stopped.stopped_with or stop_loss(finished=True)
+        if ended_with is not None:
             run_dir.end_write(write_id)
-            raise failed_at_end
+            raise ended_with from None
     # Rows this run wrote, counted from the files' own metadata.
     rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
     notes = [source.note] if source.note else []
