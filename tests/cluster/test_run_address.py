@@ -11,6 +11,7 @@ with Ray's own exceptions (no cluster needed).
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -149,6 +150,30 @@ def test_a_local_run_starts_its_own_ray_past_a_stale_address_file(tmp_path: Path
         leftovers = pids_using(str(ray_tmp))
         shutil.rmtree(ray_tmp, ignore_errors=True)
         assert not leftovers, f"Ray processes of the local run survived: {leftovers}"
+
+
+def test_a_local_ray_retries_its_own_sockets_every_tenth_of_a_second() -> None:
+    """Ray's default (try again after 1 s) stalled one local start in three, when the
+    raylet reached its object store's socket before the store listened."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="tkcfg-", dir="/tmp"))
+    script = (
+        "import json, ray\n"
+        "from toolkit.run.ray_connection import connect_ray, stop_local_ray\n"
+        "connect_ray()\n"
+        "print(json.dumps(ray._private.state.state.get_system_config()))\n"
+        "stop_local_ray()\n"
+    )
+    try:
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                timeout=120, env=client_env(RAY_TMPDIR=str(ray_tmp)))
+        assert result.returncode == 0, result.stderr
+        config = json.loads(result.stdout.strip().splitlines()[-1])
+        assert config["raylet_client_connect_timeout_milliseconds"] == 100
+        assert config["raylet_client_num_connect_attempts"] == 100  # still 10 s in all
+    finally:
+        leftovers = pids_using(str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        assert not leftovers, f"Ray processes of the local start survived: {leftovers}"
 
 
 def test_wrong_port_exits_3_naming_the_address(tmp_path: Path) -> None:

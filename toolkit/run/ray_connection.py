@@ -35,6 +35,15 @@ from toolkit.run.ray_auth import (
     read_auth_token,
 )
 
+#: Ray settings for a Ray started here. The raylet connects to its own object store
+#: as the store's thread starts listening; when it is early, Ray's default is to try
+#: again after 1 s, which stalled one local start in three. Polled every 0.1 s, with
+#: the same 10 s of patience in all, the start no longer waits on the race.
+LOCAL_RAY_SYSTEM_CONFIG: dict[str, int] = {
+    "raylet_client_connect_timeout_milliseconds": 100,
+    "raylet_client_num_connect_attempts": 100,
+}
+
 ADDRESS_HINT = (
     "Give the cluster's GCS address (--address HEAD:6379, as `ray start --head` prints it) "
     "or auto for a cluster started on this machine with `ray start`, and check that it is "
@@ -118,7 +127,8 @@ def connect_ray(
         # cluster /tmp/ray/ray_current_cluster names, a stale one left by a killed head too.
         context = ray.init(address="local", log_to_driver=True, configure_logging=True,
                            logging_level="WARNING", num_cpus=local_logical_cpus(),
-                           include_dashboard=dashboard)
+                           include_dashboard=dashboard,
+                           _system_config=LOCAL_RAY_SYSTEM_CONFIG)
         return RayConnection(
             address=str(context.address_info.get("gcs_address") or "local"),
             dashboard_url=_with_scheme(context.dashboard_url),
