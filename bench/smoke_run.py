@@ -53,7 +53,7 @@ def measure(job: str, rows: int) -> dict:
         proc = subprocess.Popen(
             ["toolkit", "run", job, "--smoke", "--rows", str(rows), "--output", str(out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**__import__("os").environ, "RAY_ADDRESS": ""},
+            env={**os.environ, "RAY_ADDRESS": ""},
         )
         watcher = psutil.Process(proc.pid)
         peak = 0

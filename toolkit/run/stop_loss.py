@@ -61,22 +61,22 @@ def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
         cause = (f"{counts.errors:,} are error rows"
                  + (f", e.g. {example!r}" if example else ""))
     fix = _advice(spec, worst)
+    share_text = (f"{failing:,} of the {'' if finished else 'first '}{counts.rows:,} rows "
+                  f"failed ({share:.0f}%), past the stop-loss of {limit.failure_rate:.0%} "
+                  f"after {limit.min_rows:,} rows; {cause}.")
+    retry = f"toolkit retry {output}{_retry_sets(spec, worst)}"
     if finished:
-        opening, which, kept = "Failed at its end", "", (
-            f"The run wrote its last row before the stop-loss could stop it: all "
-            f"{counts.rows:,} rows are kept in {output}, and the run is not marked finished.")
-        redo, going_on = "redo only the failed rows", "To accept such a run"
-    else:
-        opening, which, kept = "Stopped early", "first ", \
-            f"The rows written so far are kept in {output}."
-        redo, going_on = "redo only the failed rows and the ones not reached", \
-            "To let the run go on anyway"
+        return StopLossError(
+            f"Failed at its end: {share_text} The run wrote its last row before the "
+            f"stop-loss could stop it: all {counts.rows:,} rows are kept in {output}, and "
+            "the run is not marked finished.",
+            hint=f"{fix} Then redo only the failed rows: {retry}. To accept such a run, "
+            "pass --set stop_loss.failure_rate=null.",
+        )
     return StopLossError(
-        f"{opening}: {failing:,} of the {which}{counts.rows:,} rows failed ({share:.0f}%), "
-        f"past the stop-loss of {limit.failure_rate:.0%} after {limit.min_rows:,} rows; "
-        f"{cause}. {kept}",
-        hint=f"{fix} Then {redo}: toolkit retry {output}{_retry_sets(spec, worst)}. "
-        f"{going_on}, pass --set stop_loss.failure_rate=null.",
+        f"Stopped early: {share_text} The rows written so far are kept in {output}.",
+        hint=f"{fix} Then redo only the failed rows and the ones not reached: {retry}. "
+        "To let the run go on anyway, pass --set stop_loss.failure_rate=null.",
     )
 
 
