@@ -7,12 +7,14 @@ code meaning
 ==== =====================================================
 0    success (for watched jobs: the job SUCCEEDED)
 1    unexpected error
-2    invalid spec, flag or input data (nothing was started)
+2    invalid spec, flag or input data, or an output folder another run is writing
+     (nothing was started)
 3    backend or cluster unreachable, not logged in, or it can never hold the run
 4    the job FAILED
 5    the job was STOPPED
 6    a bounded wait timed out
 7    a followed job wrote no row for ``--stall-timeout`` (``--fail-on-stall``)
+8    the stop-loss: too many of a run's rows failed (what it wrote stays)
 ==== =====================================================
 
 Tracebacks are shown only with ``TOOLKIT_DEBUG=1``. Messages never show a credential
@@ -62,6 +64,10 @@ class SpecError(ToolkitError):
     """The spec, a flag or a template is invalid. Nothing was started."""
 
     exit_code = 2
+
+
+class OutputInUseError(SpecError):
+    """Another live run (or retry) is writing the output folder. Nothing was started."""
 
 
 class InputDataError(ToolkitError):

@@ -158,11 +158,15 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Change a setting for the rows redone, e.g. sampling.max_tokens=16 "
                    "(repeatable; the manifest records it as a new attempt).")
+@click.option("--job", "job", metavar="JOB",
+              help="The run's job as 'toolkit run' names it (a built-in, ./my-job.yaml). "
+                   "Default: the job the run's manifest names, looked up among the built-ins "
+                   "and the job files in this folder.")
 @click.option("--address", help="Ray cluster to run the driver against (default: RAY_ADDRESS, "
                                 "else a local Ray started for this run).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Show Ray's own output here instead of in <output>/_logs/run.log.")
-def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...],
+def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job: str | None,
                   address: str | None, verbose: bool) -> None:
     """Redo, in place, only the rows of OUTPUT that failed, plus any a stopped run never reached.
 
@@ -177,21 +181,24 @@ def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...],
       toolkit retry out/text-industry --set sampling.max_tokens=16
       toolkit retry out/text-industry --only truncated --set sampling.max_tokens=32
     """
-    from toolkit.run.retry import prepare_retry
+    from toolkit.run.retry import holding, prepare_retry
     from toolkit.spec.redaction import redact
 
-    job_def, spec, plan = prepare_retry(output, sets, list(only) or None)
-    if plan.nothing_to_do:
-        click.echo(f"Nothing to retry: no row in {redact(output)} failed"
-                   + (f" {', '.join(only)}" if only else "") + ".")
-        return
-    if plan.resumed:
-        click.echo(f"Resuming retry attempt {plan.attempt} in {redact(output)}.")
-    else:
-        click.echo(f"Retry attempt {plan.attempt}: redoing {plan.rows_to_redo:,} failed rows "
-                   f"and any not reached; keeping {plan.rows_kept:,}.")
-    _run_with_progress(job_def, spec, overwrite=False, address=address, verbose=verbose,
-                       dashboard=False)
+    with holding(output):  # from the setup through the run: no other run writes here
+        job_def, spec, plan = prepare_retry(output, sets, list(only) or None, job=job)
+        if plan.nothing_to_do:
+            click.echo(f"Nothing to retry: no row in {redact(output)} failed"
+                       + (f" {', '.join(only)}" if only else "") + ".")
+            return
+        if plan.resumed:
+            click.echo(f"Resuming retry attempt {plan.attempt} in {redact(output)}.")
+        else:
+            missing = (f", {plan.rows_missing:,} missing from the result files"
+                       if plan.rows_missing else "")
+            click.echo(f"Retry attempt {plan.attempt}: redoing {plan.rows_to_redo:,} failed "
+                       f"rows{missing} and any not reached; keeping {plan.rows_kept:,}.")
+        _run_with_progress(job_def, spec, overwrite=False, address=address, verbose=verbose,
+                           dashboard=False)
 
 
 def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str | None,

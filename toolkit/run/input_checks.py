@@ -1,4 +1,4 @@
-"""Two checks of a run's rows before any model loads: one id per row, one meaning per column.
+"""The checks of a run's rows before any model loads: one id per row, one meaning per column.
 
 Results are keyed on ``data.id_column``: Ray Data's checkpoint records the ids
 written and a rerun skips them, so rows sharing an id are one row to a resumed run
@@ -11,16 +11,33 @@ Every output row is the input row plus the job's columns plus the toolkit's own
 named like the id column, an input column or one of the toolkit's, and an input
 column named like one the pipeline writes, each of which would silently replace
 the other.
+
+:func:`check_input` runs what of this needs no Ray before Ray starts (preflight),
+before the output folder is touched: a missing or empty local input, its format,
+a single local file's columns (a JSON file line by line) and the ids of the rows
+the run reads, so bad input is refused in a second and leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import InputDataError, SpecError
+from toolkit.run.input_data import (
+    HF_PREFIX,
+    check_local_input,
+    check_required_columns,
+    first_rows,
+    input_format,
+    local_csv_schema,
+    local_parquet_schema,
+    read_local_json,
+)
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import JobSpec
+from toolkit.spec.models import SAMPLE_PREFIX, DataConfig, JobSpec
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
     RAY_LLM_ERROR_COLUMN,
@@ -44,13 +61,154 @@ TOOLKIT_COLUMNS: dict[str, str] = {
 }
 
 
+#: Formats of rows in files, whose ids Arrow reads here.
+TABLE_FORMATS = ("csv", "parquet", "json")
+
+
+# -- before Ray --------------------------------------------------------------------------
+
+
+def check_input(job: JobDefinition[Any], spec: JobSpec) -> None:
+    """Check ``data.input`` as far as this machine can without Ray.
+
+    In order: a local input exists and is not empty; its format is known; a single
+    local CSV, Parquet or JSON file has the job's columns and the id column, none
+    that the pipeline writes, and (JSON) every line reads as a row; and the ids of
+    the rows the run reads (every row, or with ``--rows`` the first N, as staged)
+    are unique and present. A folder's or an s3:// file's ids are read here only
+    for a run of every row, as the run reads them anyway; with ``--rows`` they are
+    checked once staged. Generated and streamed inputs, http(s) URLs and a format
+    that stages its own rows are checked as the run opens them.
+
+    Raises:
+        InputDataError: naming the file, column, line or rows and what to do.
+        SpecError: an unknown format, or a result column named like an input column.
+    """
+    data = spec.data
+    if data.input.startswith((SAMPLE_PREFIX, HF_PREFIX)):
+        return
+    check_local_input(data)
+    fmt = input_format(data)
+    if fmt not in TABLE_FORMATS or data.input.startswith(("http://", "https://")):
+        return
+    local = "://" not in data.input
+    path = str(Path(data.input).expanduser()) if local else data.input
+    if local and os.path.isfile(path):
+        columns, ids = _check_local_file(job, spec, fmt)
+    elif data.rows is None:
+        found = read_id_column(path, fmt, data.id_column)
+        if found is None:  # Ray's reader reports any real problem
+            return
+        ids, columns = found
+    else:
+        return
+    if ids is None:
+        return
+    check_unique_ids(ids, data.id_column, ids_source(data), columns)
+    if data.rows is None:
+        remember_row_count(data, len(ids))
+
+
+def _check_local_file(job: JobDefinition[Any], spec: JobSpec,
+                      fmt: str) -> tuple[list[str], "pa.ChunkedArray | None"]:
+    """A single local file's columns checked; its column names and the ids of the
+    rows the run reads (None where Arrow can't read them alone)."""
+    import pyarrow as pa
+
+    data = spec.data
+    table = read_local_json(data) if fmt == "json" else None
+    schema = table.schema if table is not None else (
+        local_csv_schema(data) if fmt == "csv" else local_parquet_schema(data))
+    assert schema is not None
+    check_input_columns(job, spec, schema)
+    if table is not None:  # read whole already; a limited run stages its first rows
+        ids = table.column(data.id_column)
+        return schema.names, ids.slice(0, data.rows) if data.rows else ids
+    if data.rows is None:
+        found = read_id_column(str(Path(data.input).expanduser()), fmt, data.id_column)
+        return schema.names, found[0] if found is not None else None
+    batches = first_rows(data, data.rows, columns=[data.id_column])
+    assert batches is not None
+    return schema.names, pa.chunked_array([batch.column(0) for batch in batches],
+                                          type=schema.field(data.id_column).type)
+
+
+def check_input_columns(job: JobDefinition[Any], spec: JobSpec, schema: "pa.Schema") -> None:
+    """The input's columns against the job's: every column a stage reads and the id
+    column are there, and none is named like a column the pipeline writes.
+
+    Raises:
+        InputDataError: a column is missing (naming those there) or is the pipeline's.
+        SpecError: a result column is named like an input column.
+    """
+    options = job.options_of(spec)
+    required = [c for stage in job.stage_list for c in stage.required_columns(options)]
+    check_required_columns(schema, list(dict.fromkeys([*required, spec.data.id_column])),
+                           spec.data.input, id_column=spec.data.id_column)
+    check_written_columns(job, spec, schema.names)
+
+
 # -- ids -------------------------------------------------------------------------------
 
 
+def ids_source(data: DataConfig) -> str:
+    """The input as an id problem names it: with ``--rows``, the rows the run reads."""
+    if data.rows is None:
+        return data.input
+    return f"{data.input} (in the first {data.rows:,} rows, which this run reads)"
+
+
+#: Rows counted by the last id check of every row of an input, by what it read
+#: (see :func:`_input_stamp`): the run that follows its preflight, seconds later in
+#: the same process, sizes its pieces by it instead of reading the ids again.
+_COUNTED: dict[tuple[Any, ...], int] = {}
+
+
+def remember_row_count(data: DataConfig, rows: int) -> None:
+    """Record that every row of ``data.input`` was checked, and how many there are."""
+    stamp = _input_stamp(data)
+    _COUNTED.clear()  # one run's input at a time
+    if stamp is not None:
+        _COUNTED[stamp] = rows
+
+
+def checked_row_count(data: DataConfig) -> int | None:
+    """The rows :func:`check_input` counted in ``data.input`` as it is now; None where
+    it didn't check every row of it, or the files changed since."""
+    stamp = _input_stamp(data)
+    return _COUNTED.get(stamp) if stamp is not None else None
+
+
+def _input_stamp(data: DataConfig) -> tuple[Any, ...] | None:
+    """What an id check read: the input with its files' sizes and times, so a file
+    changed since is read again; None where that isn't known cheaply (a remote
+    folder)."""
+    key: tuple[Any, ...] = (data.input, data.format, data.id_column)
+    if "://" in data.input:
+        import pyarrow.fs
+
+        try:
+            fs, path = pyarrow.fs.FileSystem.from_uri(data.input)
+            info = fs.get_file_info(path)
+        except Exception:  # noqa: BLE001 - unknown: the run reads the ids itself
+            return None
+        if info.type != pyarrow.fs.FileType.File:
+            return None
+        return (*key, info.size, info.mtime_ns)
+    path = Path(data.input).expanduser()
+    try:
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        return (*key, *((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    except OSError:
+        return None
+
+
 def read_id_column(path: str, file_format: str, id_column: str,
-                   filesystem: "pyarrow.fs.FileSystem | None" = None) -> "pa.ChunkedArray | None":
-    """Just the id column of a CSV, Parquet or JSON file (or folder of them), or None
-    where Arrow can't read it alone (Ray's reader then reports any real problem)."""
+                   filesystem: "pyarrow.fs.FileSystem | None" = None
+                   ) -> "tuple[pa.ChunkedArray, list[str]] | None":
+    """Just the id column of a CSV, Parquet or JSON file (or folder of them), with the
+    names of its columns, or None where Arrow can't read it alone (Ray's reader then
+    reports any real problem)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.dataset as pads
@@ -64,7 +222,8 @@ def read_id_column(path: str, file_format: str, id_column: str,
     }
     try:
         dataset = pads.dataset(path, format=formats[file_format], filesystem=filesystem)
-        return dataset.to_table(columns=[id_column]).column(id_column)
+        return (dataset.to_table(columns=[id_column]).column(id_column),
+                list(dataset.schema.names))
     except Exception:  # noqa: BLE001 - an odd file, a remote one without credentials
         return None
 

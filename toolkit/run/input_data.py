@@ -1,10 +1,18 @@
-"""Open a spec's input as a Ray Dataset, and check it before any model loads."""
+"""Open a spec's input as a Ray Dataset, and check it before any model loads.
+
+What can be read here without Ray is: a local file's existence, a single CSV or
+Parquet file's schema and first rows, and a JSON file's rows (read as Ray's JSON
+reader reads them, with a line-by-line diagnosis where that fails), so that
+:func:`toolkit.run.input_checks.check_input` refuses bad input before Ray starts.
+"""
 
 from __future__ import annotations
 
 import difflib
+import io
+import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -52,7 +60,13 @@ def input_format(data: DataConfig) -> str:
     )
 
 
-def _check_local_input(data: DataConfig) -> None:
+def check_local_input(data: DataConfig) -> None:
+    """Refuse a local input that is missing, an empty folder or an empty file (URIs
+    and generated inputs pass: they are read where they are).
+
+    Raises:
+        InputDataError: naming the path as the user gave it.
+    """
     if "://" in data.input:
         return
     path = Path(data.input).expanduser()
@@ -68,6 +82,13 @@ def _check_local_input(data: DataConfig) -> None:
             f"data.input: {data.input} is empty (0 bytes).",
             hint="Point --input at a file with a header row and data rows.",
         )
+
+
+def local_source(source: str) -> str:
+    """``source`` as Ray's workers must be given it: a local path made absolute against
+    this process's working directory (a worker of a joined cluster has its own, where
+    a relative ``c200.csv`` names nothing); a URI as it is."""
+    return source if "://" in source else os.path.abspath(os.path.expanduser(source))
 
 
 def read_image_folder(path: str) -> "Dataset":
@@ -101,9 +122,9 @@ def open_input(data: DataConfig) -> "Dataset":
     """
     import ray.data
 
-    _check_local_input(data)
+    check_local_input(data)
     fmt = input_format(data)
-    source = str(Path(data.input).expanduser()) if "://" not in data.input else data.input
+    source = local_source(data.input)
     readers: dict[str, Any] = {
         "csv": ray.data.read_csv,
         "parquet": ray.data.read_parquet,
@@ -135,10 +156,16 @@ def open_input(data: DataConfig) -> "Dataset":
         raise InputDataError(_describe_read_error(data.input, exc), hint=_read_hint(data.input))
 
 
-def first_rows(data: DataConfig, rows: int) -> Iterator["pa.RecordBatch"] | None:
+def first_rows(data: DataConfig, rows: int,
+               columns: Sequence[str] | None = None) -> Iterator["pa.RecordBatch"] | None:
     """The first ``rows`` rows of a single local CSV or Parquet file, in file order,
     read here with Arrow as Ray's readers read them (CSV as text); None for any
-    other input, which Ray reads. Staging ``--rows`` this way runs no Ray job."""
+    other input, which Ray reads. Staging ``--rows`` this way runs no Ray job.
+
+    Args:
+        columns: Read only these columns (e.g. the id column, to check the ids);
+            default: every column.
+    """
     fmt = input_format(data)
     path = Path(data.input).expanduser()
     if "://" in data.input or fmt not in ("csv", "parquet") or not path.is_file():
@@ -146,11 +173,14 @@ def first_rows(data: DataConfig, rows: int) -> Iterator["pa.RecordBatch"] | None
     source = str(path)
     if fmt == "csv":
         convert = _csv_as_text(source)
+        if columns is not None:
+            convert.include_columns = list(columns)
         opened = lambda: _csv_reader(source, convert)  # noqa: E731 - opened in the guard
     else:
         import pyarrow.parquet as pq
 
-        opened = lambda: pq.ParquetFile(source).iter_batches()  # noqa: E731
+        opened = lambda: pq.ParquetFile(source).iter_batches(  # noqa: E731
+            columns=list(columns) if columns is not None else None)
     return _at_most(opened, rows, data.input)
 
 
@@ -173,6 +203,8 @@ def _at_most(opened: Callable[[], Iterable["pa.RecordBatch"]], rows: int,
             batch = batch.slice(0, left) if batch.num_rows > left else batch
             left -= batch.num_rows
             yield batch
+    except InputDataError:  # said already, with its own hint (a compressed file, ...)
+        raise
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
         raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
 
@@ -328,6 +360,180 @@ def local_csv_schema(data: DataConfig) -> "pa.Schema | None":
         raise InputDataError(f"data.input: {data.input} has no rows.",
                              hint="Point --input at a file with data rows.")
     return batch.schema
+
+
+def local_parquet_schema(data: DataConfig) -> "pa.Schema | None":
+    """A single local Parquet file's schema, from its footer; None for any other input.
+
+    Raises:
+        InputDataError: the file is not Parquet (or is cut short).
+    """
+    import pyarrow.parquet as pq
+
+    path = Path(data.input).expanduser()
+    if "://" in data.input or input_format(data) != "parquet" or not path.is_file():
+        return None
+    try:
+        return pq.read_schema(str(path))
+    except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
+        raise InputDataError(_describe_read_error(data.input, exc),
+                             hint=_read_hint(data.input)) from None
+
+
+#: Arrow's JSON block size, where Ray's JSON reader starts; it doubles it while one
+#: line is longer than a block, up to Ray Data's largest block (128 MiB by default).
+JSON_BLOCK_BYTES = 1 << 20
+_JSON_MAX_BLOCK_BYTES = 128 << 20
+
+
+def read_local_json(data: DataConfig) -> "pa.Table | None":
+    """A single local JSON Lines (or JSON array) file's rows, read here as Ray's JSON
+    reader reads them: Arrow's reader, else the whole file as one JSON document. None
+    for any other input.
+
+    Arrow reads the whole file at once (as a Ray read task does), so this costs one
+    read of it; where it fails, Ray's own message is Python's about the fallback
+    ("Extra data: line 2 column 1"), so the file is gone through line by line to say
+    which line is wrong and how.
+
+    Raises:
+        InputDataError: neither reader takes the file, naming the line and its problem.
+    """
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    path = Path(data.input).expanduser()
+    if "://" in data.input or input_format(data) != "json" or not path.is_file():
+        return None
+    try:
+        with _open_binary(str(path)) as stream:
+            content = stream.read()
+    except Exception as exc:  # noqa: BLE001 - permissions, a bad .gz, ...
+        raise InputDataError(_describe_read_error(data.input, exc),
+                             hint=_read_hint(data.input)) from None
+    block = JSON_BLOCK_BYTES
+    while True:
+        try:
+            table = pajson.read_json(io.BytesIO(content), read_options=pajson.ReadOptions(
+                use_threads=False, block_size=block))
+            break
+        except pa.ArrowInvalid as exc:
+            if "straddl" in str(exc) and block < _JSON_MAX_BLOCK_BYTES:
+                block *= 2
+                continue
+            table = _json_document(content)  # Ray's fallback: json.load of the whole file
+            if table is None:
+                raise _json_error(data.input, content, _last_line(exc)) from None
+            break
+    if not table.num_rows:
+        raise InputDataError(f"data.input: {data.input} has no rows.",
+                             hint="Point --input at a file with one JSON object per line.")
+    return table
+
+
+def _json_document(content: bytes) -> "pa.Table | None":
+    """The file as Ray's fallback reads it (``json.load``, then a row per list item);
+    None where that fails too."""
+    import json
+
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pylist(json.loads(content))
+    except Exception:  # noqa: BLE001 - not one JSON document of rows either
+        return None
+
+
+def _json_error(source: str, content: bytes, arrow_reason: str) -> InputDataError:
+    """Why a JSON file can't be read, named by line, with what to do about it."""
+    import json
+
+    if content.lstrip()[:1] == b"[":  # one JSON document: a list of rows
+        try:
+            json.loads(content)
+        except ValueError as exc:
+            where = (f"line {exc.lineno}, column {exc.colno}"
+                     if isinstance(exc, json.JSONDecodeError) else "")
+            return InputDataError(
+                f"data.input: {source} is not valid JSON"
+                + (f" at {where}" if where else "") + f": {getattr(exc, 'msg', exc)}. "
+                "Nothing was run.",
+                hint=f"Fix the file {f'at {where} ' if where else ''}(a list of "
+                '{"column": value, ...} objects), or write one object per line (JSON Lines).')
+        return InputDataError(
+            f"data.input: {source} is a JSON list, but not of rows "
+            '({"column": value, ...} objects). Nothing was run.',
+            hint="Write the rows as JSON Lines: one object per line.")
+    found = _json_lines_problem(content)
+    if found is None:
+        return InputDataError(f"data.input: can't read {source}: {arrow_reason}",
+                              hint=_read_hint(source))
+    line, problem, hint = found
+    return InputDataError(f"data.input: {source}: line {line}{problem}. Nothing was run.",
+                          hint=hint)
+
+
+#: How a JSON value's type is named to users, by the column type Arrow makes of it.
+_JSON_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "true/false"), ((int, float), "a number"), (str, "text"),
+    (dict, "an object"), (list, "a list"))
+
+
+def _json_kind(value: Any) -> str:
+    return next(name for kind, name in _JSON_KINDS if isinstance(value, kind))
+
+
+def _json_fields(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every field of ``row`` that holds a value (null fits any column), an object's
+    own fields too: ``("address.city", "Paris")``."""
+    for key, value in row.items():
+        if value is None:
+            continue
+        yield f"{prefix}{key}", value
+        if isinstance(value, dict):
+            yield from _json_fields(value, f"{prefix}{key}.")
+
+
+def _json_lines_problem(content: bytes) -> tuple[int, str, str] | None:
+    """The first line of a JSON Lines file that Arrow can't make rows of: (its number,
+    what is wrong as the rest of a sentence that begins "line N", what to do); None
+    where no line is wrong that way."""
+    import json
+
+    first_seen: dict[str, tuple[str, int, Any]] = {}
+    lines = content.split(b"\n")
+    last = max((n for n, raw in enumerate(lines, 1) if raw.strip()), default=0)
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return (number, f" is not UTF-8 text (its byte {exc.start + 1} is "
+                    f"0x{raw[exc.start]:02x})",
+                    "Re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8).")
+        except json.JSONDecodeError as exc:
+            cut = number == last and not content.rstrip(b" \t\r").endswith(b"\n")
+            reason = exc.msg.removesuffix(" at")  # "Unterminated string starting at"
+            return (number, f" is not complete JSON ({reason} at column {exc.colno})",
+                    f"Each line must be one whole JSON object; line {number} "
+                    + ("is the last and the file ends inside it: it looks cut short (an "
+                       "export or copy that stopped early?). Export the file again, or "
+                       f"remove line {number}." if cut else
+                       'is not. Fix it ({"column": value, ...}), or remove it.'))
+        if not isinstance(row, dict):
+            return (number, f" is {_json_kind(row)}, not an object",
+                    'Each line must be one JSON object: {"column": value, ...}.')
+        for field, value in _json_fields(row):
+            kind = _json_kind(value)
+            seen = first_seen.setdefault(field, (kind, number, value))
+            if seen[0] != kind:
+                return (number, f"'s {field} is {kind} ({json.dumps(value)[:40]}) where line "
+                        f"{seen[1]}'s is {seen[0]} ({json.dumps(seen[2])[:40]}); a column "
+                        "holds one type, so the file can't be read as rows",
+                        f"Write {field} the same way on every line (e.g. all numbers, or all "
+                        "quoted text), then run again.")
+    return None
 
 
 def input_schema(ds: "Dataset", source: str) -> "pa.Schema":

@@ -21,6 +21,7 @@ from toolkit.spec.models import JobSpec
 from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
+    from toolkit.run.preflight import PreparedRun
     from toolkit.run.ray_connection import RayConnection
 
 
@@ -65,10 +66,9 @@ def run_job(
             can't be joined (exit 3) or the run failed (exit 4), with the
             underlying cause in one paragraph.
     """
-    from toolkit.run.pipeline import run_pipeline
     from toolkit.run.preflight import preflight
-    from toolkit.run.ray_connection import connect_ray, ray_target, stop_local_ray
-    from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
+    from toolkit.run.ray_connection import ray_target
+    from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory
 
     target = ray_target(address, os.environ)
     if target is not None and target.startswith("ray://"):
@@ -83,6 +83,35 @@ def run_job(
     ours = log_file is not None and log_file == RunDirectory(spec.data.output).log_file
     prepared = preflight(job, spec, overwrite=overwrite, samples=samples,
                          claim=[RUN_LOG_FILE] if ours else [])
+    try:
+        return _run_on_ray(job, spec, prepared, address=address, target=target,
+                           on_connected=on_connected, samples=samples, log_file=log_file,
+                           on_progress=on_progress, on_notice=on_notice,
+                           progress_interval_s=progress_interval_s, dashboard=dashboard)
+    finally:
+        prepared.release()
+
+
+def _run_on_ray(
+    job: JobDefinition[Any],
+    spec: JobSpec,
+    prepared: PreparedRun,
+    *,
+    address: str | None,
+    target: str | None,
+    on_connected: Callable[[RayConnection], None] | None,
+    samples: SampleProvider | None,
+    log_file: str | None,
+    on_progress: Callable[[Progress], None] | None,
+    on_notice: Callable[[str], None] | None,
+    progress_interval_s: float,
+    dashboard: bool,
+) -> RunSummary:
+    """:func:`run_job` once its folder is held: Ray, then the pipeline."""
+    from toolkit.run.pipeline import run_pipeline
+    from toolkit.run.ray_connection import connect_ray, stop_local_ray
+    from toolkit.run.run_directory import RunState
+
     run_dir, state = prepared.run_dir, prepared.state
     # Progress from the first second: until rows come, the line says what the run does.
     reporter: ProgressReporter | None = None

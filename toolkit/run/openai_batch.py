@@ -5,8 +5,10 @@ are at most 50,000 requests / 200 MB), and staged as Parquet into the run
 directory's ``_input/`` (as a ``--rows``-limited input is), so a resumed run reads
 the very same rows and Ray Data's checkpoint skips those already written by
 ``custom_id``. The scan refuses duplicate ``custom_id``s up front, naming them and
-their lines; a line that isn't JSON or lacks a ``custom_id`` is staged as a row
-with ``request_error`` set (id ``line-N``), which the job writes as an error row.
+their lines (:class:`CustomIds`, which ``toolkit serve`` checks a batch's file with
+too); a line that isn't JSON or lacks a ``custom_id`` is staged as a row with
+``request_error`` set (keyed :func:`~toolkit.spec.openai_batch.unnamed_row_id`, which
+no request's id can clash with), which the job writes as an error row.
 
 **Out.** When the run is complete, :func:`write_batch_output` writes
 ``<output>/_batch_output.jsonl`` from the result files: one line per request, in
@@ -38,6 +40,8 @@ from toolkit.spec.openai_batch import (
     REQUEST_COLUMNS,
     batch_output_line,
     parse_request_line,
+    unnamed_line,
+    unnamed_row_id,
 )
 from toolkit.spec.row_contract import ERROR_COLUMN
 
@@ -52,8 +56,12 @@ ROWS_PER_BLOCK = 256
 _SHOWN = 5
 
 
-def _open_lines(source: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of the file's non-blank lines, local or a URI."""
+def request_lines(source: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the file's non-blank lines, local or a URI.
+
+    Raises:
+        InputDataError: the file is missing or can't be read.
+    """
     from toolkit.run.input_data import _open_binary
 
     try:
@@ -74,8 +82,48 @@ def _open_lines(source: str) -> Iterator[tuple[int, str]]:
                 yield number, text.rstrip("\r\n")
 
 
+class CustomIds:
+    """The custom_ids of a request file as it is read: the lines each one is on, kept
+    for those on more than one. Rows of lines without a usable custom_id (keyed
+    :func:`~toolkit.spec.openai_batch.unnamed_row_id`) repeat no one."""
+
+    def __init__(self) -> None:
+        self._first_line: dict[str, int] = {}
+        #: custom_id -> every line it is on, the first included (ids on 2+ lines only).
+        self.repeated: dict[str, list[int]] = {}
+
+    def add(self, row_id: str, line: int) -> None:
+        """Note the row id of ``line`` (1-based)."""
+        if unnamed_line(row_id) is not None:
+            return
+        if row_id in self._first_line:
+            self.repeated.setdefault(row_id, [self._first_line[row_id]]).append(line)
+        else:
+            self._first_line[row_id] = line
+
+    def repeats(self) -> list[tuple[str, int, int]]:
+        """(custom_id, the line it is first on, a later line with it), in file order."""
+        return sorted(((custom_id, lines[0], later) for custom_id, lines in self.repeated.items()
+                       for later in lines[1:]), key=lambda repeat: repeat[2])
+
+    def describe(self) -> str:
+        """``2 duplicate custom_id(s): 'a' on lines 1, 3, 6; 'b' on lines 2, 5``."""
+        shown = "; ".join(f"{shown_custom_id(cid)} on lines {', '.join(map(str, lines))}"
+                          for cid, lines in list(self.repeated.items())[:_SHOWN])
+        more = f" and {len(self.repeated) - _SHOWN} more" if len(self.repeated) > _SHOWN else ""
+        return f"{len(self.repeated)} duplicate custom_id(s): {shown}{more}"
+
+
+def shown_custom_id(custom_id: str, limit: int = 64) -> str:
+    """A custom_id quoted for a message, cut to ``limit`` characters (ids are the
+    user's: a 100 kB one must not make a 100 kB message)."""
+    if len(custom_id) <= limit:
+        return repr(custom_id)
+    return repr(custom_id[:limit]) + "..."
+
+
 def _count_lines(source: str) -> int:
-    return sum(1 for _ in _open_lines(source))
+    return sum(1 for _ in request_lines(source))
 
 
 def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
@@ -103,8 +151,7 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
         block = max(1, math.ceil(total / data.partitions))
     schema = pa.schema([pa.field(name, pa.type_for_alias(alias))
                         for name, alias in REQUEST_COLUMNS.items()])
-    first_line: dict[str, int] = {}
-    duplicates: dict[str, list[int]] = {}
+    ids = CustomIds()
     rows: list[dict[str, object]] = []
     files = 0
 
@@ -119,28 +166,22 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
 
     run_dir.fs.create_dir(f"{run_dir.root}/{STAGED_INPUT_DIR}", recursive=True)
     count = 0
-    for number, text in _open_lines(data.input):
+    for number, text in request_lines(data.input):
         if data.rows is not None and count >= data.rows:
             break
-        row = parse_request_line(text, number)
-        custom_id = str(row[ID_COLUMN])
-        if custom_id in first_line:
-            duplicates.setdefault(custom_id, [first_line[custom_id]]).append(number)
-        else:
-            first_line[custom_id] = number
+        # Rows are checkpointed by id: a bad line's must not be a request's (line-1).
+        row = parse_request_line(text, number, unnamed_id=unnamed_row_id)
+        ids.add(str(row[ID_COLUMN]), number)
         rows.append(row)
         count += 1
         if len(rows) >= block:
             flush()
     flush()
-    if duplicates:
+    if ids.repeated:
         run_dir.clear_staged_input()
-        shown = "; ".join(f"{cid!r} on lines {', '.join(map(str, lines))}"
-                          for cid, lines in list(duplicates.items())[:_SHOWN])
-        more = f" and {len(duplicates) - _SHOWN} more" if len(duplicates) > _SHOWN else ""
         raise InputDataError(
-            f"data.input: {data.input} has {len(duplicates)} duplicate custom_id(s): "
-            f"{shown}{more}. Results are keyed on custom_id, so each must be unique.",
+            f"data.input: {data.input} has {ids.describe()}. Results are keyed on "
+            "custom_id, so each must be unique.",
             hint="Give every request its own custom_id, then run again.",
         )
     if count == 0:
@@ -235,12 +276,15 @@ def _rows_in_order(run_dir: RunDirectory, file_format: str,
 
 
 def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, created: int,
-                       complete_files_only: bool = False) -> Iterator[dict[str, Any]]:
+                       complete_files_only: bool = False,
+                       name_unnamed: bool = True) -> Iterator[dict[str, Any]]:
     """The Batch API output lines of the rows written so far, in request order.
 
     Args:
         complete_files_only: Pass over result files that can't be read (a run that
             was stopped part-way, whose last file has no footer) instead of failing.
+        name_unnamed: Show a line without a usable custom_id as ``line-N`` (else
+            ``null``): see :func:`~toolkit.spec.openai_batch.batch_output_line`.
     """
     table = _rows_in_order(run_dir, file_format, complete_files_only)
     for batch in table.to_batches(max_chunksize=1024):
@@ -251,6 +295,7 @@ def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, crea
                 prompt_tokens=row.get("num_input_tokens"),
                 completion_tokens=row.get("num_generated_tokens"),
                 error=row.get(ERROR_COLUMN), model=model, created=created,
+                name_unnamed=name_unnamed,
             )
 
 

@@ -378,8 +378,28 @@ def run_pipeline(
             ended; the rows written stay, and no summary is written.
     """
     started = time.monotonic()
-    if prepared is None:
-        prepared = preflight(job, spec, overwrite=overwrite, samples=samples)
+    if prepared is None:  # held here, so let go here
+        prepared = preflight(job, spec, overwrite=overwrite, samples=samples,
+                             command="a submitted run")
+        try:
+            return _run_prepared(job, spec, prepared, started, log_file, samples,
+                                 on_notice, on_phase)
+        finally:
+            prepared.release()
+    return _run_prepared(job, spec, prepared, started, log_file, samples, on_notice, on_phase)
+
+
+def _run_prepared(
+    job: JobDefinition[Any],
+    spec: JobSpec,
+    prepared: PreparedRun,
+    started: float,
+    log_file: str | None,
+    samples: SampleProvider | None,
+    on_notice: Callable[[str], None] | None,
+    on_phase: Callable[[str], None] | None,
+) -> RunSummary:
+    """:func:`run_pipeline` once its folder is checked and held."""
     run_dir, state, resumable = prepared.run_dir, prepared.state, prepared.resumable
     if state is RunState.COMPLETE:
         done = read_summary(spec.data.output)

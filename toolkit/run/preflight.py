@@ -3,8 +3,10 @@
 ``toolkit run`` calls :func:`preflight` before Ray starts and hands what it returns to
 :func:`toolkit.run.pipeline.run_pipeline`; the cluster entrypoint lets
 ``run_pipeline`` call it. Checks that touch nothing come first (result columns, each
-model stage's model and engine), then the run directory is prepared (``--overwrite``
-deletes only from here on), then the input format stages what it stages.
+model stage's model and engine), then the run directory is taken (its writer lock: no
+other run may write it from here on) and prepared (``--overwrite`` deletes only from
+here on), then the input format stages what it stages. Whoever called :func:`preflight`
+ends the run with :meth:`PreparedRun.release`, which lets the folder go.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from typing import Any
 from toolkit.engines import preflight_engine
 from toolkit.engines.model_source import check_model_source
 from toolkit.errors import SpecError
-from toolkit.run.input_checks import check_written_columns
+from toolkit.run.input_checks import check_input, check_written_columns
 from toolkit.run.input_data import HF_PREFIX
 from toolkit.run.model_stages import clashing_result_columns
 from toolkit.run.row_checks import custom_check_file
-from toolkit.run.run_directory import RunDirectory, RunState
+from toolkit.run.run_directory import LOCK_FILE, RunDirectory, RunState
 from toolkit.run.run_formats import run_format
+from toolkit.run.writer_lock import WriterLock
 from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
@@ -30,12 +33,18 @@ from toolkit.spec.sample_sources import SampleProvider
 
 @dataclass(frozen=True)
 class PreparedRun:
-    """What the checks found: the run directory, what this run must do there, and
-    whether the input can be resumed (a streamed Hugging Face dataset can't)."""
+    """What the checks found: the run directory (held: see :meth:`release`), what this
+    run must do there, and whether the input can be resumed (a streamed Hugging Face
+    dataset can't)."""
 
     run_dir: RunDirectory
     state: RunState
     resumable: bool
+    lock: WriterLock
+
+    def release(self) -> None:
+        """The run is over (done, failed or stopped): another run may write the folder."""
+        self.lock.release()
 
 
 def preflight(
@@ -45,6 +54,7 @@ def preflight(
     overwrite: bool = False,
     samples: SampleProvider | None = None,
     claim: Sequence[str] = (),
+    command: str = "toolkit run",
 ) -> PreparedRun:
     """Check ``spec`` for ``job`` before any row is read or any model loads.
 
@@ -53,12 +63,16 @@ def preflight(
         samples: Serves ``sample:`` models and inputs (smoke runs).
         claim: Bookkeeping paths the caller will write into the run directory
             (the run's log file), recorded in its manifest first.
+        command: What runs, as another run refused by the folder's lock names it.
 
     Raises:
         SpecError: a result column that collides, a model that can't exist, or an
             output directory that is unusable or holds others' files.
+        OutputInUseError: another live run writes the output directory.
         BackendUnavailableError: an engine's server can't be reached.
-        InputDataError: the input format's staging found a bad file.
+        InputDataError: the input is missing or bad (its columns, ids or, for
+            JSON, a line), found before Ray starts, or its format's staging found a
+            bad file.
     """
     check_written_columns(job, spec)  # a result column named like the id column
     options = job.options_of(spec)
@@ -72,11 +86,22 @@ def preflight(
         if engine_kind(engine).loads_checkpoint:  # a file or class is checked as it loads
             check_model_source(engine.model, samples)
         preflight_engine(engine)  # e.g. an http engine's server
+    # Before the output folder is touched: a refused input leaves nothing behind, and a
+    # typo'd --input is named as one, not as another run's folder.
+    check_input(job, spec)
     run_dir = RunDirectory(spec.data.output)
     resumable = not spec.data.input.startswith(HF_PREFIX)
-    state = run_dir.prepare(spec, overwrite=overwrite, resumable=resumable)
-    for name in claim:
-        run_dir.claim(name)  # the manifest records it before it is made
-    if state is not RunState.COMPLETE:
-        run_format(spec.data).stage(spec, run_dir)
-    return PreparedRun(run_dir, state, resumable)
+    if not run_dir.exists(LOCK_FILE):  # held: the lock names who (the files may be mid-write)
+        run_dir.check_owned(run_dir.read_manifest())  # someone else's folder: before a lock file
+    lock = WriterLock(run_dir, command)
+    lock.acquire()
+    try:
+        state = run_dir.prepare(spec, overwrite=overwrite, resumable=resumable)
+        for name in claim:
+            run_dir.claim(name)  # the manifest records it before it is made
+        if state is not RunState.COMPLETE:
+            run_format(spec.data).stage(spec, run_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return PreparedRun(run_dir, state, resumable, lock)

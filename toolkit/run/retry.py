@@ -20,7 +20,16 @@ It is built on the run's own resume, so it is exact under kills too:
 A kill during 1-3 is repaired by the next ``toolkit retry``, which does 2-3 again
 from what the files hold now (a pruned row is gone from them, so it is redone; a
 file written twice is overwritten, its old twin deleted); a kill during 4 is an
-interrupted run, resumed as any other.
+interrupted run, resumed as any other. Rows a finished run wrote that are no longer
+in its files (a result file deleted by hand) are not in the checkpoint either, so
+they are redone too.
+
+A retry holds the folder's writer lock (:func:`holding`) from its setup through the run
+it resumes, so it refuses a run that is still going. The run folder may be someone
+else's: it is checked as a run checks it before anything changes (no link, nothing
+the manifest doesn't own), and the job is found by its name among the built-ins and
+the job files of the folder the command runs from (or named with ``--job``), never
+by a path or module the manifest holds.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from toolkit.run.run_directory import (
     changed_fields,
     results_fingerprint,
 )
+from toolkit.run.writer_lock import WriterLock
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 from toolkit.spec.redaction import redact
@@ -65,6 +75,14 @@ class RetryPlan:
     resumed: bool = False
     #: Nothing failed and nothing was left unreached: nothing to run.
     nothing_to_do: bool = False
+    #: Rows the finished run wrote that its result files no longer hold: redone too.
+    rows_missing: int = 0
+
+
+def holding(output: str) -> WriterLock:
+    """The writer lock a retry holds from its setup through its run: a retry of a run
+    that is still going is refused (exit 2), naming it."""
+    return WriterLock(RunDirectory(output), "toolkit retry")
 
 
 def retry_spec(job: JobDefinition[Any], manifest: Manifest, output: str,
@@ -93,6 +111,7 @@ def read_manifest_of(output: str) -> tuple[RunDirectory, Manifest]:
             "nothing to retry.",
             hint="Give the --output directory of an earlier toolkit run.",
         )
+    run_dir.check_owned(manifest)  # before anything is read from it or changed
     return run_dir, manifest
 
 
@@ -153,11 +172,12 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
     id_column = spec.data.id_column
     _clean_interrupted_writes(run_dir, manifest)
     files = run_dir.result_files(manifest)
-    keep, redo_by_file = _split_rows(run_dir, files, id_column, attempt.get("only"))
+    keep, redo_by_file, ids_found = _split_rows(run_dir, files, id_column, attempt.get("only"))
     redo = sum(redo_by_file.values())
+    missing = _rows_missing(run_dir, ids_found) if had_summary else 0
     if attempts[0]["rows"] is None:
-        attempts[0]["rows"] = len(keep) + redo
-    if redo == 0 and had_summary:  # a finished run where nothing failed: as it was
+        attempts[0]["rows"] = ids_found + missing
+    if redo == 0 and missing == 0 and had_summary:  # nothing failed or went: as it was
         attempts.pop()
         if len(attempts) == 1:
             attempts.clear()
@@ -173,10 +193,19 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
     for path, rows in redo_by_file.items():  # 3
         if rows:
             _prune(run_dir, path, write_id, id_column, attempt.get("only"))
-    attempt["rows"] = redo if attempt["rows"] is None else attempt["rows"]
+    attempt["rows"] = redo + missing if attempt["rows"] is None else attempt["rows"]
     attempt["state"] = "running"
     run_dir.write_manifest(manifest)  # 4: the pipeline resumes from here
-    return RetryPlan(attempt=int(attempt["attempt"]), rows_to_redo=redo, rows_kept=len(keep))
+    return RetryPlan(attempt=int(attempt["attempt"]), rows_to_redo=redo, rows_kept=len(keep),
+                     rows_missing=missing)
+
+
+def _rows_missing(run_dir: RunDirectory, ids_found: int) -> int:
+    """Rows the finished run's summary counted that its result files no longer hold
+    (by distinct ids: a row copied by hand doesn't make up for one deleted)."""
+    summary = run_dir.read_json(SUMMARY_FILE) or {}
+    written = summary.get("rows_in")
+    return max(0, written - ids_found) if isinstance(written, int) else 0
 
 
 def _clean_interrupted_writes(run_dir: RunDirectory, manifest: Manifest) -> None:
@@ -229,21 +258,23 @@ def _escaped(name: str) -> str:
 
 
 def _split_rows(run_dir: RunDirectory, files: list[str], id_column: str,
-                only: Sequence[str] | None) -> tuple[list[Any], dict[str, int]]:
-    """(ids that stay, rows to redo in each file)."""
+                only: Sequence[str] | None) -> tuple[list[Any], dict[str, int], int]:
+    """(ids that stay, rows to redo in each file, distinct ids in the files)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     keep: list[Any] = []
     redo: dict[str, int] = {}
+    found: set[Any] = set()
     for path in files:
         schema = pq.read_schema(path, filesystem=run_dir.fs)
         columns = [c for c in (id_column, ERROR_COLUMN, FAILED_CHECKS_COLUMN) if c in schema.names]
         table = pq.read_table(path, columns=columns, filesystem=run_dir.fs)
         mask = _redo_mask(table, only)
         keep += table.column(id_column).filter(pc.invert(mask)).to_pylist()
+        found.update(table.column(id_column).to_pylist())
         redo[path] = int(pc.sum(mask).as_py() or 0)
-    return keep, redo
+    return keep, redo, len(found)
 
 
 def _write_checkpoint(run_dir: RunDirectory, manifest: Manifest, keep: list[Any],
@@ -260,9 +291,9 @@ def _write_checkpoint(run_dir: RunDirectory, manifest: Manifest, keep: list[Any]
     if run_dir.exists(CHECKPOINT_DIR):
         run_dir.fs.delete_dir_contents(folder)
     run_dir.fs.create_dir(folder, recursive=True)
-    if keep:
-        pq.write_table(pa.table({id_column: keep}), f"{folder}/{uuid.uuid4()}.parquet",
-                       filesystem=run_dir.fs)
+    if keep:  # each id once, even where a file was copied by hand
+        pq.write_table(pa.table({id_column: list(dict.fromkeys(keep))}),
+                       f"{folder}/{uuid.uuid4()}.parquet", filesystem=run_dir.fs)
 
 
 def _prune(run_dir: RunDirectory, path: str, write_id: str, id_column: str,
@@ -281,21 +312,33 @@ def _prune(run_dir: RunDirectory, path: str, write_id: str, id_column: str,
     run_dir.fs.delete_file(path)
 
 
-def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | None = None
-                  ) -> tuple[JobDefinition[Any], JobSpec, RetryPlan]:
+def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | None = None,
+                  job: str | None = None) -> tuple[JobDefinition[Any], JobSpec, RetryPlan]:
     """Everything ``toolkit retry`` does before the run: the job and new spec of the run in
-    ``output``, and its failed rows taken out (see the module's steps).
+    ``output``, and its failed rows taken out (see the module's steps). Call it holding
+    :func:`holding`.
+
+    Args:
+        job: The job as ``toolkit run`` names it (a built-in, a job file); default:
+            the one the manifest names, found by that name (see
+            :func:`~toolkit.spec.catalog.find_job_named`).
 
     Raises:
-        SpecError: no toolkit run in ``output``; its job can't be found from here; a
-            ``--set`` or ``--only`` that doesn't fit it.
+        SpecError: no toolkit run in ``output``, or a folder that is not the toolkit's
+            as it stands; its job can't be found from here, or ``job`` is another
+            job; a ``--set`` or ``--only`` that doesn't fit it.
     """
-    from toolkit.spec.catalog import load_job
+    from toolkit.spec.catalog import find_job_named, load_job
 
     run_dir, manifest = read_manifest_of(output)
     name = manifest.spec.get("job")
     if not isinstance(name, str):
-        raise SpecError(f"{redact(output)}/_manifest.json names no job.")
-    job = load_job(name)
-    spec = retry_spec(job, manifest, output, sets)
-    return job, spec, plan_retry(spec, run_dir, manifest, only)
+        raise SpecError(f"{redact(output)}/_manifest.json names no job.",
+                        hint="Give the --output directory of an earlier toolkit run.")
+    definition = load_job(job) if job is not None else load_job(find_job_named(name))
+    if definition.name != name:
+        raise SpecError(f"--job {job} is job {definition.name!r}, but the run in "
+                        f"{redact(output)} is of job {name!r}.",
+                        hint=f"Name the job file of {name!r} with --job.")
+    spec = retry_spec(definition, manifest, output, sets)
+    return definition, spec, plan_retry(spec, run_dir, manifest, only)

@@ -25,6 +25,21 @@ written. Everything else in the directory is someone else's, ``_input/precious.c
 and ``_logs/notes.txt`` included. The toolkit never deletes it: a directory holding
 such files is refused, with or without ``--overwrite``, and ``--overwrite``, resume and
 cleanup delete only what the manifest says the toolkit wrote.
+
+A run folder may come from someone else (copied, unpacked, handed over), so what it
+holds is data, never instructions:
+
+- a manifest claims only names the toolkit itself makes (:data:`BOOKKEEPING`, result
+  files ``part-<write id>_...``); any other claim (``../victim``, ``_logs/x.py``)
+  refuses the folder, naming the entry;
+- a local folder is listed without following links, and a symbolic link (or a FIFO,
+  a device) anywhere in it refuses the folder, naming it: the toolkit never reads,
+  writes or deletes through a link out of the folder;
+- a folder of someone else's files is recognised from its first few, so
+  ``--output /tmp`` is refused at once rather than after walking all of it.
+
+One process at a time writes a run folder: see :mod:`toolkit.run.writer_lock`
+(``_lock.json``, owned by whichever run holds it).
 """
 
 from __future__ import annotations
@@ -32,9 +47,13 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import os
 import posixpath
+import re
+import stat
 import uuid
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +71,15 @@ CHECKPOINT_DIR = "_checkpoint"
 STAGED_INPUT_DIR = "_input"
 LOGS_DIR = "_logs"
 RUN_LOG_FILE = f"{LOGS_DIR}/run.log"
+REPORT_FILE = "_report.html"
+#: Held by the one run writing here (see :mod:`toolkit.run.writer_lock`).
+LOCK_FILE = "_lock.json"
 RESULT_FILE_PREFIX = "part-"
 _STAGED_MARKER = "_complete"
+#: A write id: ``uuid4().hex[:12]``.
+_WRITE_ID = re.compile(r"^[0-9a-f]{12}$")
+#: How many of someone else's files are enough to refuse a folder (and to name).
+_FOREIGN_SHOWN = 5
 #: What a manifest written before ``made`` existed is taken to have made.
 _MADE_BEFORE_MADE_WAS_RECORDED = [CHECKPOINT_DIR, STAGED_INPUT_DIR, RUN_LOG_FILE, SUMMARY_FILE]
 
@@ -87,6 +113,13 @@ RESULT_NEUTRAL_ENGINE_KWARGS: tuple[str, ...] = (
     "swap_space",
     "disable_log_stats",
 )
+
+
+def bookkeeping() -> tuple[str, ...]:
+    """Every name the toolkit may make in a run directory besides its result files;
+    the only names a manifest's ``made`` may claim."""
+    return (CHECKPOINT_DIR, STAGED_INPUT_DIR, RUN_LOG_FILE, SUMMARY_FILE, REPORT_FILE,
+            *format_files())
 
 
 class RunState(enum.Enum):
@@ -140,10 +173,58 @@ class Manifest:
 
     def owns(self, name: str) -> bool:
         """Whether ``name`` (relative to the directory) was written by the toolkit."""
-        if name == MANIFEST_FILE or any(name == m or name.startswith(f"{m}/") for m in self.made):
+        if name in (MANIFEST_FILE, LOCK_FILE) or any(
+                name == m or name.startswith(f"{m}/") for m in self.made):
             return True
         top = name.split("/", 1)[0]
         return any(top.startswith(f"{RESULT_FILE_PREFIX}{write_id}_") for write_id in self.write_ids)
+
+    @classmethod
+    def from_content(cls, content: dict[str, Any], where: str) -> "Manifest | None":
+        """The manifest ``content`` describes; None when it is not one of ours at all.
+
+        Raises:
+            SpecError: it claims something the toolkit never makes (a path out of the
+                folder, a code file, a result file of no write), naming the entry.
+        """
+        content.setdefault("made", [*_MADE_BEFORE_MADE_WAS_RECORDED, *format_files()])
+        try:
+            manifest = cls(**content)
+        except TypeError:
+            return None
+        if not (isinstance(manifest.spec, dict) and all(
+                isinstance(value, list) for value in (
+                    manifest.write_ids, manifest.files, manifest.made, manifest.attempts))
+                and all(isinstance(attempt, dict) for attempt in manifest.attempts)):
+            return None
+        write_ids = [*manifest.write_ids, *(attempt["write_id"] for attempt in manifest.attempts
+                                            if attempt.get("write_id") is not None)]
+        for write_id in write_ids:
+            if not isinstance(write_id, str) or not _WRITE_ID.match(write_id):
+                raise _claim_error(where, f"the write id {write_id!r}",
+                                   "write ids are 12 hex digits")
+        for name in manifest.files:
+            if not isinstance(name, str) or "/" in name or "\\" in name \
+                    or not manifest.owns(name) or not name.startswith(RESULT_FILE_PREFIX):
+                raise _claim_error(where, f"the result file {name!r}",
+                                   "result files are part-<write id>_... at the top of the folder")
+        known = bookkeeping()
+        for name in manifest.made:
+            if name not in known:
+                raise _claim_error(where, repr(name), "it makes only "
+                                   + ", ".join(known))
+        return manifest
+
+
+def _claim_error(where: str, entry: str, rule: str) -> SpecError:
+    return SpecError(
+        f"data.output: {where}/{MANIFEST_FILE} claims {entry} as the toolkit's, but it is "
+        f"not something the toolkit makes in a run folder ({rule}). The folder was edited "
+        "or made elsewhere, so the toolkit won't read, resume, retry, overwrite or delete "
+        "anything in it. Nothing was changed.",
+        hint="Choose another --output, or copy just the result files (part-*) somewhere "
+        "else to read them.",
+    )
 
 
 class RunDirectory:
@@ -228,6 +309,7 @@ class RunDirectory:
         manifest = self.read_manifest()
         if manifest is not None and STAGED_INPUT_DIR in manifest.made and self.exists(
                 STAGED_INPUT_DIR):
+            self.check_no_link(STAGED_INPUT_DIR)
             self.fs.delete_dir(self._fs_path(STAGED_INPUT_DIR))
 
     # -- what is there -----------------------------------------------------------------
@@ -238,42 +320,160 @@ class RunDirectory:
         return self.fs.get_file_info(self._fs_path(name)).type != pyarrow.fs.FileType.NotFound
 
     def entries(self) -> list[str]:
-        """Names of the files directly in the directory and its subdirectories (relative)."""
+        """Names of the files in the directory and its subdirectories (relative).
+
+        Raises:
+            SpecError: a symbolic link (or a FIFO, a device) is in the directory,
+                named: nothing is ever read, written or deleted through one.
+        """
+        names = []
+        for name, kind in self._walk():
+            if kind != "file":
+                raise self._not_a_file_error(name, kind)
+            names.append(name)
+        return sorted(names)
+
+    def _walk(self) -> Iterator[tuple[str, str]]:
+        """``(name, kind)`` of everything in the directory, nearest first; ``kind`` is
+        ``file``, ``link`` or ``other`` (a FIFO, socket or device). A local directory is
+        listed without following links: a linked folder is one ``link``, never entered."""
         import pyarrow.fs
 
         info = self.fs.get_file_info(self.root)
         if info.type == pyarrow.fs.FileType.NotFound:
-            return []
+            return
         if info.type != pyarrow.fs.FileType.Directory:
             raise SpecError(
                 f"data.output: {self.location} exists and is a file, not a directory.",
                 hint="Choose a directory with --output.",
             )
-        selector = pyarrow.fs.FileSelector(self.root, recursive=True)
-        names = []
-        for item in self.fs.get_file_info(selector):
-            if item.type == pyarrow.fs.FileType.File:
-                names.append(posixpath.relpath(item.path, self.root))
-        return sorted(names)
+        if not self.is_local:  # object stores have neither links nor special files
+            selector = pyarrow.fs.FileSelector(self.root, recursive=True)
+            for item in self.fs.get_file_info(selector):
+                if item.type == pyarrow.fs.FileType.File:
+                    yield posixpath.relpath(item.path, self.root), "file"
+            return
+        pending = deque([""])
+        while pending:
+            folder = pending.popleft()
+            try:
+                with os.scandir(os.path.join(self.root, folder)) as listing:
+                    items = sorted(listing, key=lambda item: item.name)
+            except FileNotFoundError:
+                continue  # removed while listed
+            except OSError as exc:
+                raise SpecError(
+                    f"data.output: can't list {os.path.join(self.location, folder)}: "
+                    f"{exc.strerror or exc}.",
+                    hint="Choose a directory of your own (new or empty) with --output.",
+                ) from None
+            for item in items:
+                name = f"{folder}/{item.name}" if folder else item.name
+                if item.is_symlink():
+                    yield name, "link"
+                elif item.is_dir(follow_symlinks=False):
+                    pending.append(name)
+                elif item.is_file(follow_symlinks=False):
+                    yield name, "file"
+                else:
+                    yield name, "other"
+
+    @property
+    def is_local(self) -> bool:
+        import pyarrow.fs
+
+        return isinstance(self.fs, pyarrow.fs.LocalFileSystem)
+
+    def _not_a_file_error(self, name: str, kind: str) -> SpecError:
+        path = os.path.join(self.location, name)
+        if kind == "link":
+            try:
+                what = f"a symbolic link (to {os.readlink(self._fs_path(name))})"
+            except OSError:
+                what = "a symbolic link"
+        else:
+            what = "not a regular file (a FIFO, socket or device)"
+        return SpecError(
+            f"data.output: {path} is {what}. A run folder is data: the toolkit never "
+            "reads, writes or deletes through a link or a special file in it, so it won't "
+            "use this folder. Nothing was changed.",
+            hint=f"Remove {path} (or put the real files in its place), or choose another "
+            "--output.",
+        )
+
+    def check_no_link(self, name: str) -> None:
+        """Refuse ``name`` in a local directory when it is a link or special file.
+
+        Raises:
+            SpecError: naming it.
+        """
+        if not self.is_local:
+            return
+        try:
+            mode = os.lstat(self._fs_path(name)).st_mode
+        except OSError:
+            return  # not there (yet): made as a plain file or folder
+        if stat.S_ISLNK(mode):
+            raise self._not_a_file_error(name, "link")
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise self._not_a_file_error(name, "other")
 
     def read_manifest(self) -> Manifest | None:
+        """The directory's manifest; None when it has none (or not one of ours).
+
+        Raises:
+            SpecError: it claims what the toolkit never makes, or it is a link.
+        """
         content = self._read_json(MANIFEST_FILE)
         if content is None:
             return None
-        content.setdefault("made", [*_MADE_BEFORE_MADE_WAS_RECORDED, *format_files()])
-        try:
-            return Manifest(**content)
-        except TypeError:
-            return None
+        return Manifest.from_content(content, self.location)
 
     def foreign_files(self, manifest: Manifest | None) -> list[str]:
-        """Files the toolkit did not write (by the manifest), relative to the directory.
+        """Files the toolkit did not write (by the manifest), relative to the directory;
+        links and special files are named with what they are.
 
-        Without a manifest the toolkit wrote nothing here, whatever the names.
+        Without a manifest the toolkit wrote nothing here, whatever the names, so the
+        listing stops at the first few: that is enough to refuse the folder, and
+        ``--output /tmp`` is not walked to its last file.
         """
-        if manifest is None:
-            return self.entries()
-        return [name for name in self.entries() if not manifest.owns(name)]
+        foreign = []
+        for name, kind in self._walk():
+            if manifest is not None and kind == "file" and manifest.owns(name):
+                continue
+            if name == LOCK_FILE and manifest is None:
+                continue  # this run's own lock, taken before the manifest is written
+            what = {"file": "", "link": " (a link)"}.get(kind, " (a special file)")
+            foreign.append(f"{name}{what}")
+            if manifest is None and len(foreign) > _FOREIGN_SHOWN:
+                break
+        return sorted(foreign)
+
+    def check_owned(self, manifest: Manifest | None) -> None:
+        """Refuse a directory holding anything but what ``manifest`` says the toolkit
+        wrote: someone else's files, or a link or special file anywhere.
+
+        Raises:
+            SpecError: naming the first few such entries.
+        """
+        if manifest is not None:
+            self.entries()  # a link, even under one of the toolkit's own names: named
+        foreign = self.foreign_files(manifest)
+        if foreign:
+            if manifest is None and len(foreign) > _FOREIGN_SHOWN:  # the listing stopped
+                count = f"{_FOREIGN_SHOWN}+"
+                shown = ", ".join(foreign[:_FOREIGN_SHOWN]) + " and more"
+            else:
+                count = str(len(foreign))
+                shown = ", ".join(foreign[:_FOREIGN_SHOWN]) + (
+                    f" and {len(foreign) - _FOREIGN_SHOWN} more"
+                    if len(foreign) > _FOREIGN_SHOWN else "")
+            raise SpecError(
+                f"data.output: {self.location} holds {count} file(s) this toolkit did "
+                f"not write ({shown}); it never deletes or mixes results with files it "
+                "doesn't own, even with --overwrite.",
+                hint="Choose an empty or new directory with --output.",
+            )
 
     def claim(self, name: str) -> None:
         """Record in the manifest that the toolkit makes ``name`` here, before it does."""
@@ -308,15 +508,7 @@ class RunDirectory:
         """
         fingerprint = results_fingerprint(spec)
         manifest = self.read_manifest()
-        foreign = self.foreign_files(manifest)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise SpecError(
-                f"data.output: {self.location} holds {len(foreign)} file(s) this toolkit did "
-                f"not write ({shown}); it never deletes or mixes results with files it "
-                "doesn't own, even with --overwrite.",
-                hint="Choose an empty or new directory with --output.",
-            )
+        self.check_owned(manifest)
         state = RunState.EMPTY
         if (manifest is not None and not overwrite and manifest.fingerprint != fingerprint
                 and not self._holds_rows(manifest)):
@@ -376,11 +568,12 @@ class RunDirectory:
         import pyarrow.fs
 
         deleted = []
-        for name in self.entries():
-            if manifest.owns(name):
+        for name in self.entries():  # refuses a link anywhere, before deleting anything
+            if manifest.owns(name) and name != LOCK_FILE:
                 self.fs.delete_file(self._fs_path(name))
                 deleted.append(name)
         for directory in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
+            self.check_no_link(directory)
             if directory in manifest.made and self.fs.get_file_info(
                     self._fs_path(directory)).type == pyarrow.fs.FileType.Directory:
                 self.fs.delete_dir(self._fs_path(directory))
@@ -444,6 +637,7 @@ class RunDirectory:
         for name in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
             if name in manifest.made:
                 if self.exists(name):
+                    self.check_no_link(name)
                     self.fs.delete_dir(self._fs_path(name))
                 manifest.made.remove(name)
         if manifest.attempts:
@@ -460,6 +654,7 @@ class RunDirectory:
         """Write one of the toolkit's JSON files (recorded in the manifest first)."""
         if name != MANIFEST_FILE:
             self.claim(name)
+        self.check_no_link(name)
         with self.fs.open_output_stream(self._fs_path(name)) as stream:
             stream.write(json.dumps(content, indent=2, default=str).encode())
 
@@ -468,6 +663,7 @@ class RunDirectory:
         rerun or ``--overwrite`` knows it is the toolkit's); return its path as
         ``location`` spells it."""
         self.claim(name)
+        self.check_no_link(name)
         with self.fs.open_output_stream(self._fs_path(name)) as stream:
             stream.write(content)
         return self.location.rstrip("/") + "/" + name
@@ -476,6 +672,7 @@ class RunDirectory:
         return self._read_json(name)
 
     def _read_json(self, name: str) -> dict[str, Any] | None:
+        self.check_no_link(name)
         try:
             with self.fs.open_input_stream(self._fs_path(name)) as stream:
                 content = json.loads(stream.read())

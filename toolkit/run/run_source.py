@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolkit.errors import InputDataError
-from toolkit.run.input_checks import check_unique_ids, read_id_column
+from toolkit.run.input_checks import (
+    TABLE_FORMATS,
+    check_unique_ids,
+    checked_row_count,
+    ids_source,
+    read_id_column,
+)
 from toolkit.run.input_data import (
     HF_PREFIX,
     first_rows,
@@ -69,7 +75,10 @@ def open_run_source(
 
     ``check_schema`` sees the input's schema before anything is staged or run, so
     a missing column fails fast. The ids of a file input are checked next (unique,
-    none missing: see :mod:`toolkit.run.input_checks`), from the rows the run reads.
+    none missing: see :mod:`toolkit.run.input_checks`), from the rows the run reads;
+    preflight has checked what it could before Ray started
+    (:func:`~toolkit.run.input_checks.check_input`), so this catches what only the
+    run can read: a folder's or a remote file's first ``--rows``, as staged.
     """
     import ray.data
 
@@ -134,28 +143,32 @@ def check_input_ids(spec: JobSpec, columns: list[str],
     """Refuse repeated or missing ids, reading only ``data.id_column``: of the input
     file(s), or with ``run_dir`` of its staged ``--rows`` slice (exactly the rows run).
 
-    Inputs Arrow can't read alone (http(s) URLs, odd files) go unchecked here.
+    Inputs Arrow can't read alone (http(s) URLs, odd files) go unchecked here, and
+    every row of an input that preflight checked already is not read again.
 
     Returns:
         The rows read (the run's rows, counted for free), or None where unchecked.
     """
     data = spec.data
     fmt = input_format(data)
-    if fmt not in ("csv", "parquet", "json"):  # a folder of pictures: ids are file paths
+    if fmt not in TABLE_FORMATS:  # a folder of pictures: ids are file paths
         return None
     if run_dir is not None:
-        ids = read_id_column(f"{run_dir.root}/{STAGED_INPUT_DIR}", "parquet", data.id_column,
-                             run_dir.fs)
-        source = f"{data.input} (in the first {data.rows:,} rows, which this run reads)"
+        found = read_id_column(f"{run_dir.root}/{STAGED_INPUT_DIR}", "parquet",
+                               data.id_column, run_dir.fs)
     elif data.input.startswith(("http://", "https://")):
         return None
     else:
+        counted = checked_row_count(data)
+        if counted is not None:
+            return counted
         path = data.input if "://" in data.input else str(Path(data.input).expanduser())
-        ids, source = read_id_column(path, fmt, data.id_column), data.input
-    if ids is None:
+        found = read_id_column(path, fmt, data.id_column)
+    if found is None:
         return None
+    ids = found[0]
     try:
-        check_unique_ids(ids, data.id_column, source, columns)
+        check_unique_ids(ids, data.id_column, ids_source(data), columns)
     except InputDataError:
         if run_dir is not None:  # a fixed file must be staged afresh
             run_dir.clear_staged_input()

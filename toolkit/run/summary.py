@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from toolkit.run.run_directory import SUMMARY_FILE, Manifest, RunDirectory
+from toolkit.run.run_directory import REPORT_FILE, SUMMARY_FILE, Manifest, RunDirectory
 from toolkit.spec.redaction import redact
 from toolkit.run.row_checks import CONFIDENCE_SUFFIX
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN
@@ -220,6 +220,16 @@ def summarize_output(
     if job.summarize is not None:
         figures = job.summarize(dataset.to_table(columns=list(job.summary_columns)))
     notes = list(notes or [])
+    repeated = repeated_ids(errors[id_column])
+    if repeated:
+        count, shown = repeated
+        notes.append(
+            f"WARNING: {count:,} row(s) of the output repeat a {id_column} another row has "
+            f"({shown}): a result file was copied or edited by hand, so readers see those "
+            "ids twice. Remove the copies, or rerun with --overwrite."
+        )
+        if rows_in is not None and rows_in + count == rows_written:
+            rows_in = None  # accounted for above; not also an interrupted write
     if rows_in is not None and rows_in != rows_written:
         notes.append(
             f"WARNING: {rows_in:,} rows came in but {rows_written:,} are in the output; "
@@ -231,7 +241,7 @@ def summarize_output(
     summary = RunSummary(
         job=job.name,
         output=redact(spec.data.output),
-        rows_in=rows_in if rows_in is not None else rows_written,
+        rows_in=rows_in if rows_in is not None else rows_written - (repeated or (0,))[0],
         rows_written=rows_written,
         rows_this_run=rows_this_run,
         rows_ok=rows_written - error_rows,
@@ -251,6 +261,22 @@ def summarize_output(
     )
     run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
     return summary
+
+
+def repeated_ids(ids: Any) -> tuple[int, str] | None:
+    """(rows beyond the first of each id, a few such ids) of an id column; None when
+    every id is on one row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    distinct = pc.count_distinct(ids, mode="all").as_py()
+    if distinct == len(ids):
+        return None
+    counts = pa.table({"id": ids}).group_by("id", use_threads=False).aggregate([("id", "count")])
+    repeated = counts.filter(pc.greater(counts["id_count"], 1))["id"].to_pylist()
+    shown = ", ".join(repr(value) for value in repeated[:3])
+    return len(ids) - distinct, shown + (f" and {len(repeated) - 3} more" if len(repeated) > 3
+                                         else "")
 
 
 def answer_quality(dataset: Any, spec: "JobSpec", rows: int) -> dict[str, Any]:
@@ -307,8 +333,6 @@ def attempt_summaries(manifest: Manifest | None) -> list[Attempt]:
 
 def read_summary(output: str) -> RunSummary | None:
     """The summary a finished run left in ``output``, or None if there is none."""
-    from toolkit.run.report import REPORT_FILE
-
     run_dir = RunDirectory(output)
     content = run_dir.read_json(SUMMARY_FILE)
     if content is None:

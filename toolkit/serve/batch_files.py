@@ -5,7 +5,10 @@ While the run goes, the counts are the rows its result files hold (the same figu
 When it ends, however it ends (completed, or cancelled part-way), the rows written
 become the batch's two files, as OpenAI splits them: answered requests in the output
 file, requests that failed (malformed lines included, each naming its line) in the
-error file. Both are Batch API output lines (:mod:`toolkit.spec.openai_batch`).
+error file. Both are Batch API output lines (:mod:`toolkit.spec.openai_batch`); a
+malformed line without a usable ``custom_id`` has ``custom_id: null`` there, as in
+OpenAI's error files (a made-up ``line-1`` could be a request's own id), and an
+error's message shows no path on the server (:mod:`.server_paths`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from toolkit.run.openai_batch import batch_output_lines
 from toolkit.run.progress_sources import OutputRows
 from toolkit.run.run_directory import RunDirectory
 from toolkit.serve.openai_objects import BatchUsage, FileObject, RequestCounts
+from toolkit.serve.server_paths import without_server_paths
 from toolkit.serve.store import Store
 
 
@@ -48,8 +52,9 @@ def result_file_id(batch_id: str, kind: str) -> str:
 def write_batch_files(store: Store, batch_id: str, total: int) -> BatchResults:
     """The rows the batch's run wrote, as its output and error files (None when empty).
 
-    Rows are taken once per ``custom_id`` from the result files that are complete, so
-    a run stopped part-way gives the lines it finished.
+    Rows are taken once per row id (a line's ``id`` is derived from it) from the
+    result files that are complete, so a run stopped part-way gives the lines it
+    finished.
     """
     run_dir = RunDirectory(str(store.run_dir(batch_id)))
     manifest = run_dir.read_manifest() if store.run_dir(batch_id).exists() else None
@@ -63,10 +68,12 @@ def write_batch_files(store: Store, batch_id: str, total: int) -> BatchResults:
             seen: set[str] = set()
             for line in batch_output_lines(run_dir, data.get("output_format", "parquet"),
                                            str(engine.get("model", "")), int(time.time()),
-                                           complete_files_only=True):
-                if line["custom_id"] in seen:
+                                           complete_files_only=True, name_unnamed=False):
+                if line["id"] in seen:  # unnamed lines all have custom_id null: not the key
                     continue
-                seen.add(line["custom_id"])
+                seen.add(line["id"])
+                if line["error"] is not None:
+                    line["error"]["message"] = without_server_paths(line["error"]["message"])
                 text = json.dumps(line, ensure_ascii=False) + "\n"
                 if line["error"] is None:
                     output.write(text)

@@ -135,7 +135,9 @@ _ERROR = re.compile(r"^(Error|Unexpected error): (.*)$")
 
 
 def failure_message(log_file: Path, exit_code: int | None) -> str:
-    """Why a run failed: its last ``Error:`` line (and hint), else its exit code."""
+    """Why a run failed: its last ``Error:`` line (and hint), else its exit code. The
+    line is the run's own and may name the server's paths: a client sees it only
+    through :func:`~toolkit.serve.server_paths.without_server_paths`."""
     try:
         lines = log_file.read_text(errors="replace").splitlines()[-200:]
     except OSError:
@@ -145,4 +147,5 @@ def failure_message(log_file: Path, exit_code: int | None) -> str:
         if match:
             hint = lines[i + 1].strip() if i + 1 < len(lines) else ""
             return match.group(2) + (f" {hint}" if hint.startswith("Hint:") else "")
-    return f"toolkit run exited with code {exit_code}; see {log_file}."
+    return (f"toolkit run exited with code {exit_code}; the server's log of this batch "
+            f"({log_file.name}) says why.")

@@ -11,11 +11,17 @@
 
 Everything a restarted server needs is here, so a server killed with SIGKILL comes
 back with every file and batch, and the run directories resume exactly.
+
+Ids come from clients, so no path is built from one that doesn't have the shape this
+server issues (:func:`is_issued_id`: ``..``, a NUL or 5,000 characters never reach the
+filesystem), and a file is removed only by the id of a row of the ``files`` table:
+never a partial upload, the database or anything else under the folder.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import sqlite3
@@ -28,7 +34,7 @@ from typing import BinaryIO, Literal
 
 from pydantic import BaseModel
 
-from toolkit.serve.openai_objects import Batch, FileObject
+from toolkit.serve.openai_objects import Batch, BatchError, FileObject
 
 RunState = Literal["queued", "running", "done"]
 
@@ -44,6 +50,9 @@ class RunRecord(BaseModel):
     #: How the batch ends, once its run has (while ``finalizing``): a restart finishes it so.
     ending: Literal["completed", "failed", "cancelled"] | None = None
     failure: str | None = None
+    #: Why validation refused the input file (repeated custom_ids, too many requests):
+    #: the batch fails with these errors and never runs.
+    rejected: list[BatchError] = []
 
 
 _SCHEMA = """
@@ -56,9 +65,22 @@ CREATE TABLE IF NOT EXISTS batches (
 """
 
 
+FILE_PREFIX = "file-"
+BATCH_PREFIX = "batch_"
+#: What follows the prefix in every id this server issues: 24 lowercase hex digits.
+_ID_TAIL = re.compile(r"[0-9a-f]{24}")
+
+
 def new_id(prefix: str) -> str:
-    """An id in OpenAI's style: ``file-…``, ``batch_…``."""
+    """An id in OpenAI's style: ``file-…``, ``batch_…`` (then 24 hex digits)."""
     return f"{prefix}{secrets.token_hex(12)}"
+
+
+def is_issued_id(prefix: str, value: str) -> bool:
+    """Whether ``value`` has the shape of the ids this server issues with ``prefix``
+    (:func:`new_id`, and the result files' ids): the only strings from a request that
+    may become part of a path."""
+    return value.startswith(prefix) and _ID_TAIL.fullmatch(value[len(prefix):]) is not None
 
 
 class Store:
@@ -93,9 +115,24 @@ class Store:
     # -- paths ---------------------------------------------------------------------------
 
     def file_path(self, file_id: str) -> Path:
+        """Where a file's bytes are.
+
+        Raises:
+            ValueError: ``file_id`` is not shaped as this server's ids (a caller that
+                passes a client's id unchecked fails here, not in the filesystem).
+        """
+        if not is_issued_id(FILE_PREFIX, file_id):
+            raise ValueError(f"not a file id of this server: {file_id[:64]!r}")
         return self.root / "files" / file_id
 
     def batch_dir(self, batch_id: str) -> Path:
+        """A batch's folder (its run directory and log).
+
+        Raises:
+            ValueError: ``batch_id`` is not shaped as this server's ids.
+        """
+        if not is_issued_id(BATCH_PREFIX, batch_id):
+            raise ValueError(f"not a batch id of this server: {batch_id[:64]!r}")
         return self.root / "batches" / batch_id
 
     def run_dir(self, batch_id: str) -> Path:
@@ -106,7 +143,7 @@ class Store:
     def add_file(self, filename: str, purpose: str, content: BinaryIO,
                  file_id: str | None = None) -> FileObject:
         """Copy ``content`` in and record it (replacing a file of the same id)."""
-        file_id = file_id or new_id("file-")
+        file_id = file_id or new_id(FILE_PREFIX)
         path = self.file_path(file_id)
         partial = path.with_name(f".{file_id}.partial")
         with open(partial, "wb") as out:
@@ -132,27 +169,41 @@ class Store:
                           ("purpose = ?", purpose) if purpose else None)
         return [FileObject.model_validate_json(r) for r in rows[:limit]], len(rows) > limit
 
-    def file_in_use(self, file_id: str) -> bool:
-        """Whether a batch that hasn't finished reads this file."""
-        with self._lock:
-            return self._db.execute(
-                "SELECT 1 FROM batches WHERE json_extract(object, '$.input_file_id') = ? "
-                "AND json_extract(run, '$.state') != 'done' LIMIT 1", (file_id,)).fetchone() \
-                is not None
+    def delete_file(self, file_id: str) -> Literal["deleted", "missing", "in_use"]:
+        """Forget a file and remove its bytes, unless a batch that hasn't finished reads
+        it (its run reads the file when it starts, and again on resume).
 
-    def delete_file(self, file_id: str) -> bool:
+        Only a file the ``files`` table lists is removed, so no other name under the
+        store (a partial upload, the database) can be deleted through this. The check
+        and the delete are one transaction, as :meth:`add_batch`'s check that its input
+        file is there: a file and a new batch of it can't both be gone and go on.
+        """
         with self._transaction() as db:
-            deleted = db.execute("DELETE FROM files WHERE id = ?", (file_id,)).rowcount
+            if db.execute("SELECT 1 FROM files WHERE id = ?", (file_id,)).fetchone() is None:
+                return "missing"
+            if db.execute(
+                    "SELECT 1 FROM batches WHERE json_extract(object, '$.input_file_id') = ? "
+                    "AND json_extract(run, '$.state') != 'done' LIMIT 1",
+                    (file_id,)).fetchone() is not None:
+                return "in_use"
+            db.execute("DELETE FROM files WHERE id = ?", (file_id,))
         self.file_path(file_id).unlink(missing_ok=True)
-        return bool(deleted)
+        return "deleted"
 
     # -- batches -------------------------------------------------------------------------
 
-    def add_batch(self, batch: Batch) -> None:
-        self.batch_dir(batch.id).mkdir(parents=True, exist_ok=True)
+    def add_batch(self, batch: Batch, run: RunRecord | None = None) -> bool:
+        """Record a new batch, queued; False (and nothing recorded) if its input file
+        has been deleted meanwhile (see :meth:`delete_file`)."""
         with self._transaction() as db:
+            if db.execute("SELECT 1 FROM files WHERE id = ?",
+                          (batch.input_file_id,)).fetchone() is None:
+                return False
             db.execute("INSERT INTO batches (id, object, run) VALUES (?, ?, ?)",
-                       (batch.id, batch.model_dump_json(), RunRecord().model_dump_json()))
+                       (batch.id, batch.model_dump_json(),
+                        (run or RunRecord()).model_dump_json()))
+            self.batch_dir(batch.id).mkdir(parents=True, exist_ok=True)
+        return True
 
     def get_batch(self, batch_id: str) -> Batch | None:
         found = self.get_batch_and_run(batch_id)

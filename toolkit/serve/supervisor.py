@@ -5,9 +5,11 @@ supervisor only starts the next queued batch when fewer than ``max_running`` run
 are going (each run is a ``toolkit run``, see :mod:`.batch_runs`), keeps each
 batch's request counts current from its run directory, passes a cancel on as
 Ctrl-C, and, when a run ends, turns what it wrote into the batch's files
-(:mod:`.batch_files`). Everything it knows is in the store, so :meth:`recover`
-picks up after a server that was killed: a run it left is ended and started again
-(it resumes by ``custom_id``), a cancel or a finish it didn't complete is completed.
+(:mod:`.batch_files`). A batch whose input file fails validation
+(:mod:`.batch_validation`) never runs: it fails with the errors naming its lines.
+Everything it knows is in the store, so :meth:`recover` picks up after a server that
+was killed: a run it left is ended and started again (it resumes by ``custom_id``), a
+cancel or a finish it didn't complete is completed.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Literal
 
+from toolkit.errors import InputDataError
 from toolkit.run.progress_sources import OutputRows
 from toolkit.serve import batch_runs
-from toolkit.serve.api_errors import BadRequest, Conflict, NotFound
+from toolkit.serve.api_errors import BadRequest, Conflict, NotFound, shown_id
 from toolkit.serve.batch_files import live_counts, write_batch_files
+from toolkit.serve.batch_validation import check_input_file
+from toolkit.serve.limits import check_metadata
 from toolkit.serve.openai_objects import (
     TERMINAL_STATUSES,
     Batch,
@@ -32,7 +36,8 @@ from toolkit.serve.openai_objects import (
     BatchErrors,
     RequestCounts,
 )
-from toolkit.serve.store import RunRecord, Store, new_id
+from toolkit.serve.server_paths import without_server_paths
+from toolkit.serve.store import BATCH_PREFIX, FILE_PREFIX, RunRecord, Store, is_issued_id, new_id
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 COMPLETION_WINDOW = "24h"
@@ -60,11 +65,15 @@ class Supervisor:
 
     def create(self, input_file_id: str, endpoint: str, completion_window: str,
                metadata: dict[str, str] | None) -> Batch:
-        """Queue a batch of the requests in ``input_file_id``.
+        """Queue a batch of the requests in ``input_file_id``, ``validating``: the file is
+        read here (its requests are the batch's total), and a file that can't be run
+        (:func:`~toolkit.serve.batch_validation.check_input_file`) fails the batch on
+        the watching thread's next round, with errors naming its lines, as OpenAI's.
 
         Raises:
-            BadRequest: another endpoint or window, an unknown or non-batch file, or
-                one with no requests.
+            BadRequest: another endpoint or window, ``metadata`` over OpenAI's limits,
+                an unknown or non-batch file (deleted meanwhile included), or one with
+                no requests.
         """
         if endpoint != CHAT_COMPLETIONS:
             raise BadRequest(f"endpoint '{endpoint}' is not supported here; only "
@@ -72,25 +81,34 @@ class Supervisor:
         if completion_window != COMPLETION_WINDOW:
             raise BadRequest(f"completion_window must be '{COMPLETION_WINDOW}'.",
                              code="invalid_value", param="completion_window")
-        file = self.store.get_file(input_file_id)
-        if file is None:
-            raise BadRequest(f"No file with id '{input_file_id}' exists.",
+        check_metadata(metadata)
+        no_file = BadRequest(f"No file with id '{shown_id(input_file_id)}' exists.",
                              code="invalid_value", param="input_file_id")
+        file = self.store.get_file(input_file_id) \
+            if is_issued_id(FILE_PREFIX, input_file_id) else None
+        if file is None:
+            raise no_file
         if file.purpose != "batch":
             raise BadRequest(f"File '{input_file_id}' has purpose '{file.purpose}'; a batch "
                              "needs a file uploaded with purpose 'batch'.",
                              code="invalid_value", param="input_file_id")
-        total = _requests_in(self.store.file_path(input_file_id))
-        if total == 0:
+        try:
+            check = check_input_file(self.store.file_path(input_file_id))
+        except InputDataError:  # deleted since get_file; its message names the store's path
+            raise no_file from None
+        if check.requests == 0:
             raise BadRequest(f"File '{input_file_id}' holds no requests (no non-blank line).",
                              code="empty_file", param="input_file_id")
         now = self._now()
-        batch = Batch(id=new_id("batch_"), endpoint=endpoint, input_file_id=input_file_id,
+        batch = Batch(id=new_id(BATCH_PREFIX), endpoint=endpoint, input_file_id=input_file_id,
                       completion_window=completion_window, status="validating",
                       created_at=now, expires_at=now + 24 * 3600, model=self.model,
-                      request_counts=RequestCounts(total=total), metadata=metadata)
+                      request_counts=RequestCounts(total=check.requests), metadata=metadata)
         with self._lock:
-            self.store.add_batch(batch)
+            # False if the file was deleted while it was read: checked with the insert,
+            # so the batch never starts without its input.
+            if not self.store.add_batch(batch, RunRecord(rejected=check.errors)):
+                raise no_file
         return batch
 
     def cancel(self, batch_id: str) -> Batch:
@@ -102,7 +120,8 @@ class Supervisor:
             Conflict: it has already completed, failed or expired.
         """
         with self._lock:
-            found = self.store.get_batch_and_run(batch_id)
+            found = self.store.get_batch_and_run(batch_id) \
+                if is_issued_id(BATCH_PREFIX, batch_id) else None
             if found is None:
                 raise NotFound("batch", batch_id)
             batch, run = found
@@ -144,7 +163,8 @@ class Supervisor:
         self.stop_runs()
 
     def tick(self) -> None:
-        """One round: finish runs that ended, update counts, pass cancels on, start runs."""
+        """One round: finish runs that ended, update counts, pass cancels on, fail batches
+        whose file failed validation, start runs."""
         with self._lock:
             running = 0
             for batch, run in self.store.batches_to_watch():
@@ -152,6 +172,8 @@ class Supervisor:
                     running += self._watch(batch, run)
                 elif batch.status in ("cancelling", "cancelled"):
                     self._finish(batch, run, "cancelled")
+                elif run.rejected:
+                    self._finish(batch, run, "failed")
             for batch, run in self.store.batches_to_watch():
                 if run.state == "queued" and running < self.max_running:
                     self._start(batch)
@@ -169,8 +191,10 @@ class Supervisor:
             elif exit_code == 0:
                 self._finish(batch, run, "completed")
             else:
-                self._finish(batch, run, "failed", batch_runs.failure_message(
-                    self.store.batch_dir(batch.id) / "run.log", exit_code))
+                message = batch_runs.failure_message(self.store.batch_dir(batch.id) / "run.log",
+                                                     exit_code)
+                self._finish(batch, run, "failed", without_server_paths(message, {
+                    str(self.store.file_path(batch.input_file_id)): batch.input_file_id}))
             return 0
         if batch.status == "cancelling":
             now = self.clock()
@@ -200,12 +224,14 @@ class Supervisor:
     def _finish(self, batch: Batch, run: RunRecord,
                 status: Literal["completed", "failed", "cancelled"],
                 failure: str | None = None) -> Batch:
-        """The run is over: its rows become the batch's files, then the final status.
+        """The run is over (or never started): its rows become the batch's files, then
+        the final status; a failed batch's errors are its validation's (``run.rejected``)
+        or else ``failure``, why its run failed.
 
         While the files are written a cancelled batch stays ``cancelling`` (as OpenAI's
         do: ``finalizing`` means results of a batch that ran to its end).
         """
-        if status != "cancelled":
+        if status != "cancelled" and not run.rejected:  # a rejected batch has no results
             batch.status, batch.finalizing_at = "finalizing", self._now()
         run = run.model_copy(update={"ending": status, "failure": failure})
         self.store.save_batch(batch, run)
@@ -215,7 +241,9 @@ class Supervisor:
         batch.request_counts, batch.usage = results.request_counts, results.usage
         batch.status = status  # type: ignore[assignment]
         setattr(batch, f"{status}_at", self._now())
-        if failure:
+        if status == "failed" and run.rejected:
+            batch.errors = BatchErrors(data=run.rejected)
+        elif failure:
             batch.errors = BatchErrors(data=[BatchError(code="run_failed", message=failure)])
         self._rows.pop(batch.id, None)
         self.store.save_batch(batch, run.model_copy(update={"state": "done"}))
@@ -235,8 +263,3 @@ class Supervisor:
                     child.wait(timeout=10)
             self._children.clear()
 
-
-def _requests_in(path: Path) -> int:
-    """Non-blank lines: the requests a run will stage (malformed lines included)."""
-    with open(path, "rb") as lines:
-        return sum(1 for line in lines if line.strip())

@@ -33,13 +33,13 @@ from typing import Any
 
 from toolkit.errors import SpecError
 from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.job_names import JOB_NAME_RULE, job_name_problem
 from toolkit.spec.loading import deep_merge, read_yaml_file
 
 #: Top-level keys of a YAML job file that are about the job, not spec defaults.
 JOB_FILE_KEYS = ("job", "description", "python", "predictor", "smoke")
 #: Where user job code is registered in ``sys.modules``.
 USER_MODULE_PREFIX = "toolkit_user_jobs."
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$", re.IGNORECASE)
 
 
 def package_dir() -> Path:
@@ -161,6 +161,41 @@ def find_job(reference: str, project: Path | None = None) -> JobRef:
     )
 
 
+def find_job_named(name: str, project: Path | None = None) -> JobRef:
+    """The job whose name is ``name``, as a run folder's manifest records it: a built-in,
+    or a job file at the top of ``project`` (default: the current directory) whose
+    ``job:`` (or file name) is ``name``. Never a path, a module, or anything else the
+    name could be made to point at: a manifest is data, so it can't choose code to run.
+
+    Raises:
+        SpecError: ``name`` is not a job name, or no built-in or job file here has it.
+    """
+    problem = job_name_problem(name)
+    if problem is not None:
+        raise SpecError(f"The run's manifest names its job {problem}; a job name never "
+                        "points at a file.",
+                        hint="Name the job yourself with --job (a built-in, or ./my-job.yaml).")
+    builtin = {job.name: job for job in builtin_jobs()}
+    if name in builtin:
+        return builtin[name]
+    matches = [job for job in project_jobs(project) if job.name == name]
+    if len(matches) == 1:
+        return matches[0]
+    where = Path.cwd() if project is None else Path(project)
+    if matches:
+        raise SpecError(
+            f"Job {name!r} is defined by more than one file in {where}: "
+            f"{', '.join(job.shown_as for job in matches)}.",
+            hint=f"Name the one the run used with --job, e.g. --job {matches[0].shown_as}.",
+        )
+    raise SpecError(
+        f"The run is of job {name!r}, which is neither a built-in nor a job file in {where} "
+        f"(a YAML file with job: {name}, or a Python job file of that name).",
+        hint="Run the command from the folder that holds the job file, or name it with "
+        "--job ./my-job.yaml.",
+    )
+
+
 def load_job(reference: str | JobRef, project: Path | None = None) -> JobDefinition[Any]:
     """The job ``reference`` names, with the defaults its file declares.
 
@@ -181,6 +216,11 @@ def load_job(reference: str | JobRef, project: Path | None = None) -> JobDefinit
 def _job_from_yaml(path: Path, builtin: bool) -> JobDefinition[Any]:
     data = read_yaml_file(path, what="Job file")
     name = str(data.get("job") or path.stem)
+    problem = job_name_problem(name)
+    if problem is not None:
+        raise SpecError(f"Job file {path}: job: {problem}. It names the output folder "
+                        "(out/<job>) and the files rendered for a cluster.",
+                        hint="Give the job a plain name, e.g. job: review-sentiment.")
     description = str(data.get("description") or "")
     smoke = data.get("smoke") or {}
     if not isinstance(smoke, dict):
@@ -296,6 +336,10 @@ def _job_from_module(module: Any, where: str) -> JobDefinition[Any]:
             f"{where} does not define JOB = JobDefinition(...).",
             hint="See 'toolkit new NAME --python' for a complete example.",
         )
+    problem = job_name_problem(job.name)
+    if problem is not None:
+        raise SpecError(f"{where}: JOB's name {problem}.",
+                        hint="Give the job a plain name, e.g. name='review-sentiment'.")
     return job
 
 
@@ -328,10 +372,10 @@ def _docstring_line(text: str) -> str:
 
 
 def check_job_name(name: str) -> str:
-    """A name for ``toolkit new``: letters, digits, ``-`` and ``_``."""
-    if not _NAME.match(name):
+    """A name for ``toolkit new``: a job name (see :mod:`toolkit.spec.job_names`)."""
+    if job_name_problem(name) is not None:
         raise SpecError(
             f"Job name {name!r} is not usable as a file name.",
-            hint="Use letters, digits, '-' and '_', e.g. 'review-sentiment'.",
+            hint=f"Use {JOB_NAME_RULE}, e.g. 'review-sentiment'.",
         )
     return name

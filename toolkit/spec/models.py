@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, SerializeAsAny, fie
 
 from toolkit.spec.engine_kinds import EngineSettings
 from toolkit.spec.engine_support import regex_problem
+from toolkit.spec.job_names import job_name_problem
 from toolkit.spec.quality import ChecksConfig, StopLossConfig
 from toolkit.spec.strict_model import StrictModel
 
@@ -101,6 +102,17 @@ class DataConfig(StrictModel):
             "the output are keyed on it; it is kept in every output row."
         )
     )
+
+    @field_validator("id_column")
+    @classmethod
+    def _a_column_name(cls, value: str) -> str:
+        """A name: refused here, since an empty one passes every check of the input
+        and fails only deep inside Ray Data's checkpointing."""
+        if not value.strip():
+            raise ValueError("is empty; name the input column that identifies each row, "
+                             "e.g. --set data.id_column=Index (a column unique per row)")
+        return value
+
     rows: RowCount = Field(
         None,
         description=(
@@ -130,7 +142,10 @@ class DataConfig(StrictModel):
     def _a_directory_of_its_own(cls, value: str) -> str:
         """Not the filesystem root nor the home directory: a run lists (and on
         --overwrite clears) what it finds in its output directory."""
-        if "://" in value or not value.strip():
+        if not value.strip():
+            raise ValueError("is empty; name a directory for the results, e.g. "
+                             "--output out/<job> (a new or empty directory)")
+        if "://" in value:
             return value
         where = Path(os.path.abspath(os.path.expanduser(value)))
         try:
@@ -250,6 +265,15 @@ class JobSpec(StrictModel):
             "failed rows are written with their 'error' and the run goes on."
         ),
     )
+
+    @field_validator("job")
+    @classmethod
+    def _a_name_not_a_path(cls, value: str) -> str:
+        """It names folders and files (``out/<job>``, rendered specs): never a path."""
+        problem = job_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @property
     def model_stages(self) -> list[tuple[str, EngineSettings]]:

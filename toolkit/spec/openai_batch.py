@@ -23,6 +23,14 @@ line number), a row's body becomes chat messages and per-row sampling params in 
 vLLM names both engines read (:func:`chat_request`), and a written row becomes an
 output line (:func:`batch_output_line`). Reading files and writing the output file is
 :mod:`toolkit.run.openai_batch`.
+
+A line without a usable ``custom_id`` still needs a row id (results are checkpointed
+and resumed by it), and that id must not be one a request of the same file uses: a
+file whose line 1 is not JSON may well have a request ``"custom_id": "line-1"``. So
+such rows are keyed :func:`unnamed_row_id` (``"\\x00line-1"``), a form no request can
+take: a ``custom_id`` starting with a NUL is refused as unusable. Output lines show
+them as ``line-N`` (``toolkit run``'s file, read by people) or ``null`` (the
+server's error files, as OpenAI's error files have it).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 CHAT_COMPLETIONS_URL = "/v1/chat/completions"
@@ -56,24 +65,46 @@ _IGNORED_FIELDS = ("model", "user", "metadata", "store", "service_tier", "stream
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
+#: Row ids of lines without a usable custom_id start with this (see the module's doc).
+UNNAMED_ID_PREFIX = "\x00line-"
+
+
 def synthetic_id(line: int) -> str:
-    """The id of a line without a usable ``custom_id``: ``line-17``."""
+    """How a line without a usable ``custom_id`` is named for people: ``line-17``."""
     return f"line-{line}"
 
 
-def _bad_line(line: int, message: str, custom_id: str | None = None) -> dict[str, Any]:
-    return {ID_COLUMN: custom_id or synthetic_id(line), LINE_COLUMN: line, URL_COLUMN: None,
+def unnamed_row_id(line: int) -> str:
+    """The row id of a line without a usable ``custom_id``: ``"\\x00line-17"``, which no
+    request's own ``custom_id`` can clash with."""
+    return f"{UNNAMED_ID_PREFIX}{line}"
+
+
+def unnamed_line(row_id: str) -> int | None:
+    """The line number in an :func:`unnamed_row_id`, or None for a request's own id."""
+    number = row_id[len(UNNAMED_ID_PREFIX):]
+    return int(number) if row_id.startswith(UNNAMED_ID_PREFIX) and number.isdigit() else None
+
+
+def _bad_line(line: int, message: str, custom_id: str | None = None,
+              unnamed_id: Callable[[int], str] = synthetic_id) -> dict[str, Any]:
+    return {ID_COLUMN: custom_id or unnamed_id(line), LINE_COLUMN: line, URL_COLUMN: None,
             BODY_COLUMN: None, REQUEST_ERROR_COLUMN: f"line {line}: {message}"}
 
 
-def parse_request_line(text: str, line: int) -> dict[str, Any]:
+def parse_request_line(text: str, line: int,
+                       unnamed_id: Callable[[int], str] = synthetic_id) -> dict[str, Any]:
     """One request line as a row of :data:`REQUEST_COLUMNS`; never raises.
 
     A line that is not a JSON object, lacks a string ``custom_id``, or is not a POST
     to ``/v1/chat/completions`` with an object ``body`` is a row whose
-    ``request_error`` names the line (and keeps ``line-N`` as its id when it has no
-    custom_id of its own), so it becomes an error row of the output. A UTF-8 byte
-    order mark before line 1 is ignored.
+    ``request_error`` names the line, so it becomes an error row of the output. A
+    UTF-8 byte order mark before line 1 is ignored.
+
+    Args:
+        unnamed_id: The row id of a line without a usable custom_id of its own:
+            ``line-N`` to show one line; where rows are keyed on the id (a staged
+            file), :func:`unnamed_row_id`, which can't clash with a request's id.
     """
     if line == 1:
         text = text.removeprefix("\ufeff")
@@ -82,13 +113,19 @@ def parse_request_line(text: str, line: int) -> dict[str, Any]:
     except ValueError as exc:
         where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        return _bad_line(line, f"not valid JSON ({reason}{where})")
+        return _bad_line(line, f"not valid JSON ({reason}{where})", unnamed_id=unnamed_id)
     if not isinstance(request, dict):
-        return _bad_line(line, f"expected a JSON object, got {type(request).__name__}")
+        return _bad_line(line, f"expected a JSON object, got {type(request).__name__}",
+                         unnamed_id=unnamed_id)
     custom_id = request.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id.strip():
         got = "no custom_id" if custom_id is None else f"custom_id {custom_id!r} is not a string"
-        return _bad_line(line, f"{got}; every request needs a unique custom_id string")
+        return _bad_line(line, f"{got}; every request needs a unique custom_id string",
+                         unnamed_id=unnamed_id)
+    if custom_id.startswith("\x00"):  # the unnamed rows' own form: refused, so no clash
+        return _bad_line(line, "a custom_id starting with a NUL character is not supported; "
+                               "every request needs a unique custom_id string",
+                         unnamed_id=unnamed_id)
     method = request.get("method", "POST")
     url = request.get("url")
     if str(method).upper() != "POST":
@@ -219,18 +256,28 @@ def batch_output_line(
     error: str | None,
     model: str,
     created: int,
+    name_unnamed: bool = True,
 ) -> dict[str, Any]:
     """One line of a Batch API output file for a written row.
 
-    Ids are derived from the custom_id (and the run's start), so rewriting the
+    Ids are derived from the row id (and the run's start), so rewriting the
     file gives the same lines. A row with an error has ``response: null`` and
     ``error: {code, message}``; ``code`` is ``invalid_request`` for a request this
     toolkit could not run as given and ``inference_error`` for a failure after it.
+
+    Args:
+        custom_id: The row's id: the request's custom_id, or an :func:`unnamed_row_id`.
+        name_unnamed: Show a line without a usable custom_id as ``line-N``; else as
+            ``null`` (as OpenAI's error files: a made-up name could be a request's).
     """
     line_id = f"batch_req_{_short_hash(custom_id, created)}"
+    line = unnamed_line(custom_id)
+    shown: str | None = custom_id
+    if line is not None:
+        shown = synthetic_id(line) if name_unnamed else None
     if error is not None:
         code = "invalid_request" if error.startswith("preprocess:") else "inference_error"
-        return {"id": line_id, "custom_id": custom_id, "response": None,
+        return {"id": line_id, "custom_id": shown, "response": None,
                 "error": {"code": code, "message": error}}
     prompt_tokens = int(prompt_tokens or 0)
     completion_tokens = int(completion_tokens or 0)
@@ -247,7 +294,7 @@ def batch_output_line(
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }
-    return {"id": line_id, "custom_id": custom_id,
+    return {"id": line_id, "custom_id": shown,
             "response": {"status_code": 200, "request_id": _short_hash("request", custom_id,
                                                                       created),
                          "body": body},

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.run.run_directory import RunDirectory
+from toolkit.errors import SpecError
+from toolkit.run.run_directory import REPORT_FILE, RunDirectory
 
-#: The report every finished run writes into its output directory.
-REPORT_FILE = "_report.html"
+__all__ = ["REPORT_FILE", "render_report", "write_report"]
 
 
 def render_report(output: str | RunDirectory) -> str:
@@ -47,12 +47,31 @@ def write_report(output: str | RunDirectory, destination: str | Path | None = No
 
     Raises:
         FileNotFoundError: ``output`` holds no finished run.
+        SpecError: the report can't be written there (a read-only place, no
+            permission, a file where a folder should be), naming it and why.
     """
     run_dir = output if isinstance(output, RunDirectory) else RunDirectory(output)
     html = render_report(run_dir).encode()
     if destination is None:
-        return run_dir.write_file(REPORT_FILE, html)
+        try:
+            return run_dir.write_file(REPORT_FILE, html)
+        except OSError as exc:
+            raise _unwritable(f"{run_dir.location.rstrip('/')}/{REPORT_FILE}", exc,
+                              "Write it elsewhere with -o, e.g. -o report.html.") from None
     path = Path(destination)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(html)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # -o reports/run.html makes reports/
+        path.write_bytes(html)
+    except OSError as exc:
+        raise _unwritable(str(path), exc, "Choose another -o, in a folder you can write to "
+                          "(e.g. -o report.html here).") from None
     return str(path)
+
+
+def _unwritable(where: str, exc: OSError, hint: str) -> SpecError:
+    """The report can't go to ``where``: the OS's reason (read-only, permission), as a
+    user's choice to change rather than the toolkit's failure."""
+    reason = exc.strerror or str(exc)
+    if exc.filename and str(exc.filename) != where:  # a folder on the way, not the file
+        reason = f"{reason}: {exc.filename}"
+    return SpecError(f"Can't write the report to {where}: {reason}.", hint=hint)
