@@ -13,7 +13,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from toolkit.cluster.backends.base import check_no_secrets, secret_env, upload_size_warning
+from toolkit.cluster.backends.base import check_no_secrets, secret_env
+from toolkit.cluster.upload import measure_upload, upload_size_warning
 from toolkit.cli.main import main
 from toolkit.cluster.compute_table import ACCELERATOR_INSTANCE_TYPES, worker_instance_type
 from toolkit.errors import SpecError
@@ -21,10 +22,10 @@ from toolkit.spec.catalog import builtin_jobs, load_job
 from toolkit.cluster.render import (
     default_image_uri,
     job_requirements,
-    output_location_warning,
     prepare_submission,
     render_job_yaml,
 )
+from toolkit.run.output_location import output_location_warning
 from toolkit.spec.loading import load_job_spec, read_spec_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -62,10 +63,10 @@ def test_job_yaml_example_is_the_exact_render_output(tmp_path: Path) -> None:
         "job.yaml.example is stale; regenerate it from an empty folder with: "
         "toolkit render text-industry --rows 1M -o job.yaml"
     )
+    # A relative output lands in the cloud's durable artifact storage, not the head's disk.
     assert result.stderr.startswith(
-        "Warning: data.output 'out/text-industry' is a relative path: on Anyscale it would be "
-        "written to the head node's disk")
-    assert "/mnt/cluster_storage" in result.stderr and "s3://" in result.stderr
+        "Results go to $ANYSCALE_ARTIFACT_STORAGE/batch-llm-toolkit/out/text-industry "
+        "(the cloud's artifact storage")
 
 
 def test_job_yaml_example_loads_with_anyscale_and_points_at_its_staged_job() -> None:
@@ -102,7 +103,10 @@ def test_every_builtin_job_renders_to_a_valid_anyscale_job(job: str, tmp_path: P
     # The staged job loads on its own, as the entrypoint will load it on the cluster.
     staged_job = load_job(str(tmp_path / staged / "job.yaml"))
     staged_spec = read_spec_file(staged_job, tmp_path / result.spec_path)
-    assert staged_spec.model_dump() == job_spec.model_dump()
+    # As the cluster sees it: a relative output goes under Anyscale's artifact storage.
+    expected = job_spec.model_copy(deep=True)
+    expected.data.output = f"$ANYSCALE_ARTIFACT_STORAGE/batch-llm-toolkit/{job_spec.data.output}"
+    assert staged_spec.model_dump() == expected.model_dump()
     # One worker group per accelerator the model stages name (a multi-stage job may
     # name two), the main engine's first.
     workers = config.compute_config.worker_nodes
@@ -231,11 +235,11 @@ def test_upload_size_warning_names_what_to_exclude(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     with open(tmp_path / ".git" / "pack", "wb") as handle:
         handle.truncate(500 * 2**20)
-    warning = upload_size_warning(tmp_path, [".git"])
+    warning = upload_size_warning(measure_upload(tmp_path, [".git"]))
     assert warning is not None
     assert "is about 101 MiB, over 100 MiB" in warning
-    assert "data (101 MiB)" in warning and ".git" not in warning.split("Biggest")[1]
-    assert upload_size_warning(tmp_path, [".git", "data"]) is None
+    assert "data/ (101 MiB)" in warning and ".git" not in warning.split("Biggest")[1]
+    assert upload_size_warning(measure_upload(tmp_path, [".git", "data"])) is None
 
 
 def test_render_from_a_users_folder_leaves_the_checkout_untouched(tmp_path: Path,

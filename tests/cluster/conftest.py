@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,9 @@ import pytest
 
 from toolkit.cluster.backends.local_head import (
     LocalHead,
+    free_port,
     pids_using,
+    ray_executable,
     start_head,
     state_path,
     stop_head,
@@ -67,3 +72,47 @@ def t4_head() -> Iterator[LocalHead]:
     with started_head("tkt4-", num_cpus=4, extra_args=[
             "--num-gpus=1", '--resources={"accelerator_type:T4": 1}']) as head:
         yield head
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[LocalHead]:
+    """A head and a worker node on this machine (2 CPUs each), token auth on, as a
+    user's small cluster: jobs reach it at ``head.dashboard_url``. The worker joins
+    with its own agent ports (two raylets on one machine would clash on Ray's fixed
+    ones) and its processes name the head's temp dir, so they are stopped with it."""
+    with started_head("tk2n-", num_cpus=2) as head:
+        env = {**os.environ, "RAY_AUTH_MODE": "token",
+               "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+        with open(Path(head.temp_dir) / "worker.log", "wb") as log:
+            worker = subprocess.Popen(
+                [ray_executable(), "start", f"--address={head.gcs_address}", "--block",
+                 "--node-ip-address=127.0.0.1", "--num-cpus=2", f"--temp-dir={head.temp_dir}",
+                 f"--dashboard-agent-listen-port={free_port()}",
+                 f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            _wait_for_nodes(head, 2)
+            yield head
+        finally:
+            worker.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(timeout=60)
+
+
+def _wait_for_nodes(head: LocalHead, count: int, timeout_s: float = 120.0) -> None:
+    import json
+    import urllib.request
+
+    from toolkit.run.ray_auth import auth_headers
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        request = urllib.request.Request(f"{head.dashboard_url}/nodes?view=summary",
+                                         headers=auth_headers(head.dashboard_url, os.environ))
+        with contextlib.suppress(OSError, ValueError):
+            with urllib.request.urlopen(request, timeout=5) as response:
+                nodes = json.load(response)["data"]["summary"]
+                if sum(1 for node in nodes if node.get("raylet", {}).get("state") == "ALIVE") >= count:
+                    return
+        assert time.monotonic() < deadline, f"{count} nodes did not join in {timeout_s:.0f} s"
+        time.sleep(1)

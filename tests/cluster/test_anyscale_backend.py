@@ -209,3 +209,33 @@ def test_address_is_refused_for_anyscale() -> None:
     result = CliRunner().invoke(main, ["list", "--backend", "anyscale", "--address", "local"])
     assert result.exit_code == 2
     assert "--address applies to --backend ray only" in result.stderr
+
+
+def test_a_project_goes_to_anyscale_with_its_rayignore_and_a_durable_output(
+    backend: AnyscaleBackend, fake_client: FakeAnyscaleClient, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from toolkit.cli.entrypoint import with_output_resolved
+
+    (tmp_path / "customers.csv").write_text("Index,Company\n1,Acme\n")
+    (tmp_path / "recordings").mkdir()
+    (tmp_path / "recordings" / "call.wav").write_bytes(b"\0" * 1000)
+    (tmp_path / ".rayignore").write_text("# raw audio stays here\nrecordings/\n")
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={"data.input": str(tmp_path / "customers.csv")})
+
+    submission = prepare_submission(job, spec, target="anyscale", working_dir=tmp_path)
+    backend.submit(submission.request, {})
+
+    runtime_env = fake_client.submitted_job.config.runtime_env
+    assert "recordings/" in runtime_env["excludes"]  # Anyscale's packer reads .gitignore only
+    assert submission.spec.data.input == "customers.csv"  # it travels: relative to the upload
+    # A relative output goes to the cloud's artifact storage, filled in on the cluster.
+    assert submission.spec.data.output == \
+        "$ANYSCALE_ARTIFACT_STORAGE/batch-llm-toolkit/out/text-industry"
+    assert submission.notes == ["Results go to $ANYSCALE_ARTIFACT_STORAGE/batch-llm-toolkit/"
+                                "out/text-industry (the cloud's artifact storage: durable; "
+                                "the job's log names the place)."]
+    monkeypatch.setenv("ANYSCALE_ARTIFACT_STORAGE", "s3://anyscale-artifacts/org/cld")
+    resolved = with_output_resolved(submission.spec)
+    assert resolved.data.output == "s3://anyscale-artifacts/org/cld/batch-llm-toolkit/out/text-industry"

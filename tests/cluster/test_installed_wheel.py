@@ -176,6 +176,11 @@ def test_submit_ships_the_users_project_and_the_toolkit(installed: Installed, pr
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     written = pq.read_table(project / "results")
     assert written.num_rows == 40 and written["error"].null_count == 40
+    # The staged toolkit is the wheel's record: its report template travelled too.
+    assert (project / "results" / "_report.html").is_file()
+    staged = project / ".toolkit" / "py_modules" / "toolkit"
+    assert (staged / "run" / "report" / "report.html.j2").is_file()
+    assert (staged / "builtin" / "templates" / "text-industry.yaml").is_file()
     # A Python job travels as a copy of its file, staged beside its spec.
     assert installed.toolkit("new", "review-words", "--python", cwd=project).returncode == 0
     done = installed.toolkit("submit", "review-words", "--smoke", "--address", "local",

@@ -268,10 +268,13 @@ def test_follow_reports_progress_once_a_minute_and_warns_on_a_stall(tmp_path: Pa
     assert reports[0][1].rows_done == 0
     growing = reports[1][1]
     assert (growing.rows_done, growing.rows_total) == (3000, 5000)
-    assert growing.rows_per_second == 50.0  # 3,000 rows over the last 60 s
-    assert growing.eta_seconds == 40.0
-    # Rows/s is over the last 5 minutes: at t=300, 3,000 rows in 300 s.
-    assert (reports[-1][1].rows_per_second, reports[-1][1].eta_seconds) == (10.0, 200.0)
+    # Rows/s counts from the first rows seen (500 at t=12), not from when the follow
+    # began: 2,500 more rows in 48 s.
+    assert growing.rows_per_second == 52.08
+    assert growing.eta_seconds == 38.4
+    # Rows/s is over the last 2 minutes: at t=300 no row came since t=60, so 0 rows/s
+    # and no ETA (not a 5-minute average that still says 10 rows/s).
+    assert (reports[-1][1].rows_per_second, reports[-1][1].eta_seconds) == (0.0, None)
     # The last rows were seen at t=60; the warning comes once, 120 s later.
     assert warnings == [(180.0, "Job job-9 has written no row for 2m 00s "
                                 "(--stall-timeout 120 s); 3,000 rows so far.")]

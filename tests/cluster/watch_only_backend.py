@@ -13,6 +13,7 @@ class WatchOnlyBackend:
     name = "fake"
     poll_interval_s = 2.0
     local = False
+    same_machine = False
     where = "a test"
 
     def submit(self, request: SubmitRequest, secrets: Mapping[str, str]) -> JobHandle:

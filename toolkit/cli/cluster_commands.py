@@ -14,16 +14,20 @@ wait timed out, 7 a followed job stalled (``--fail-on-stall``).
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from toolkit.cli.plan_command import plan_command, quick_estimate, sample_rows
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
+from toolkit.errors import WaitTimeoutError
 
 if TYPE_CHECKING:
     from toolkit.cluster.backends.base import Backend
@@ -61,6 +65,11 @@ def _open(backend: str, address: str | None) -> "Backend":
 
 
 def working_dir_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option(
+        "--exclude", "excludes", multiple=True, metavar="PATTERN",
+        help="Leave PATTERN (a .gitignore line, e.g. data/ or *.parquet) out of the upload; "
+        "repeatable. .gitignore and .rayignore in the project are honoured too.",
+    )(command)
     return click.option(
         "--working-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
         help="Your project folder, uploaded with the job (default: the current directory). "
@@ -82,8 +91,10 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
 
 
 class _ProgressDisplay:
-    """The progress line while following: redrawn in place on a terminal (stderr),
-    else printed as a line of its own each time it is reported."""
+    """What a follower prints: the job's lines on stdout; its own notes and the
+    progress line (:func:`~toolkit.run.progress.format_progress`, the line ``toolkit
+    run`` shows) on stderr. On a terminal the progress line is redrawn in place
+    below the rest, else printed as a line of its own each time it is reported."""
 
     def __init__(self, live: bool) -> None:
         self.live = live
@@ -98,19 +109,30 @@ class _ProgressDisplay:
             click.echo(self.line, nl=False, err=True)
 
     def progress(self, progress: Any) -> None:
-        line = f"progress: {progress.describe()}"
+        from toolkit.run.progress import format_progress
+
         if self.live:
             self._clear()
-            self.line = line
+            self.line = format_progress(progress, interactive=True,
+                                        width=shutil.get_terminal_size().columns)
             self._redraw()
         else:
-            _note(line)
+            _note(format_progress(progress, interactive=False))
 
     def log(self, text: str) -> None:
+        """A chunk of the job's whole log (``--raw``)."""
         self._clear()
         click.echo(text, nl=False)
         if text.endswith("\n"):
             self._redraw()
+
+    def shown(self, line: Any) -> None:
+        """One of the job's own lines (a :class:`~toolkit.cluster.job_log.ToolkitLine`)."""
+        self._clear()
+        if line.kind == "summary":  # the run has ended: its last progress line is stale
+            self.line = ""
+        click.echo(line.shown())
+        self._redraw()
 
     def note(self, message: str) -> None:
         self._clear()
@@ -122,34 +144,67 @@ class _ProgressDisplay:
         self.line = ""
 
 
-def _follow(target: Any, job_id: str, timeout: float, flags: str,
-            stall_timeout: float | None = None, fail_on_stall: bool = False) -> None:
-    """Stream logs and progress until the job ends; exit 0 / 4 / 5, 6 on timeout, 7 on a
-    stall with ``fail_on_stall``."""
-    from toolkit.cluster.job_progress import DEFAULT_STALL_TIMEOUT_S, REPORT_INTERVAL_S, watch_job
-    from toolkit.cluster.watching import raise_for_outcome
-    from toolkit.errors import WaitTimeoutError
+def _interrupted(message: str) -> NoReturn:
+    """Ctrl-C: say what keeps running and how to get back to it, then exit 130, with
+    no traceback and never click's ``Aborted!``."""
+    from toolkit.cluster.watching import INTERRUPTED_EXIT_CODE
 
+    if sys.stderr.isatty():
+        _note("")  # past the ^C the terminal echoed
+    _note(message)
+    raise SystemExit(INTERRUPTED_EXIT_CODE)
+
+
+def _report_interval() -> float:
+    """Seconds between progress lines while following without a terminal:
+    ``$TOOLKIT_PROGRESS_INTERVAL`` (as for ``toolkit run``), else one a minute."""
+    from toolkit.cluster.job_progress import REPORT_INTERVAL_S
+    from toolkit.run.progress import PLAIN_INTERVAL_ENV, plain_interval
+
+    return plain_interval() if os.environ.get(PLAIN_INTERVAL_ENV) else REPORT_INTERVAL_S
+
+
+def _follow(target: Any, job_id: str, timeout: float, flags: str,
+            stall_timeout: float | None = None, fail_on_stall: bool = False,
+            raw: bool = False) -> None:
+    """Show the job until it ends; exit 0 / 4 / 5, 6 on timeout, 7 on a stall with
+    ``fail_on_stall``, 130 on Ctrl-C (the job keeps running).
+
+    By default only the toolkit's own lines of its log are shown (what it does before
+    rows come and a progress line, warnings, errors, the summary); ``raw`` streams the
+    whole log instead (``--raw``: see :func:`_follow_options`).
+    """
     display = _ProgressDisplay(live=sys.stderr.isatty())
 
     def show_status(info: Any) -> None:
         if not info.status.is_terminal():
             display.note(f"Job {job_id} is {info.status}.")
 
+    # Every import is inside the try: a Ctrl-C while the progress modules loaded
+    # (pyarrow takes a moment) escaped to click, which printed `Aborted!`.
     try:
-        info = watch_job(
-            target, job_id, timeout_s=timeout, on_log=display.log, on_status=show_status,
-            on_progress=display.progress, on_stall=lambda m: display.note(f"Warning: {m}"),
-            stall_timeout_s=DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout,
-            fail_on_stall=fail_on_stall,
-            report_interval_s=0.0 if display.live else REPORT_INTERVAL_S,
-            sample_rows=sample_rows(), flags=flags,
-        )
-    except KeyboardInterrupt:
+        from toolkit.cluster.job_progress import DEFAULT_STALL_TIMEOUT_S, watch_job
+        from toolkit.cluster.watching import ctrl_c_noticed, raise_for_outcome
+
+        with ctrl_c_noticed() as clock:
+            info = watch_job(
+                target, job_id, timeout_s=timeout, on_log=display.log if raw else None,
+                on_line=None if raw else display.shown, on_status=show_status,
+                on_progress=display.progress, on_stall=lambda m: display.note(f"Warning: {m}"),
+                stall_timeout_s=(DEFAULT_STALL_TIMEOUT_S if stall_timeout is None
+                                 else stall_timeout),
+                fail_on_stall=fail_on_stall,
+                report_interval_s=0.0 if display.live else _report_interval(),
+                sample_rows=sample_rows(), flags=flags, sample_interval_s=None, clock=clock,
+            )
         display.close()
-        _note(f"\nStopped following; the job keeps running. Stop it with: "
-              f"toolkit stop {job_id}{flags}")
-        raise SystemExit(130) from None
+        took = f" in {info.duration_s:.1f} s" if info.duration_s is not None else ""
+        _note(f"Job {job_id} {info.status}{took}.")
+    except KeyboardInterrupt:
+        from toolkit.cluster.watching import stopped_following
+
+        display.close()
+        _interrupted(stopped_following(job_id, flags))
     except WaitTimeoutError as exc:
         display.close()
         raise WaitTimeoutError(
@@ -159,13 +214,41 @@ def _follow(target: Any, job_id: str, timeout: float, flags: str,
         ) from None
     finally:
         display.close()
-    took = f" in {info.duration_s:.1f} s" if info.duration_s is not None else ""
-    _note(f"Job {job_id} {info.status}{took}.")
     raise_for_outcome(info)
 
 
-def _stall_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--stall-timeout`` and ``--fail-on-stall``, for every command that follows a job."""
+def _stops_cleanly_on_ctrl_c(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command``, where a Ctrl-C that lands outside :func:`_follow` (while the job is
+    staged, uploaded or submitted, or the cluster is reached) exits 130 with what
+    keeps running, as one inside it does: click would print ``Aborted!``."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            from toolkit.cluster.watching import stopped_following, stopped_submitting
+
+            flags = _target_flags(kwargs.get("backend") or "ray", kwargs.get("address"))
+            job_id = kwargs.get("job_id")  # `logs` has one; `submit` has none until it submits
+            if job_id and not kwargs.get("follow"):
+                _interrupted("Stopped.")  # a plain `logs`: nothing was followed
+            _interrupted(stopped_following(job_id, flags) if job_id
+                         else stopped_submitting(flags))
+
+    return run
+
+
+def _follow_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags of every command that follows a job: ``--stall-timeout``,
+    ``--fail-on-stall``, ``--raw`` (``-v``, ``--verbose``); and Ctrl-C anywhere in
+    the command exits 130 saying the job keeps running (:func:`_stops_cleanly_on_ctrl_c`)."""
+    command = _stops_cleanly_on_ctrl_c(command)
+    command = click.option(
+        "--raw", "--verbose", "-v", "raw", is_flag=True,
+        help="With --follow: stream the job's whole log (Ray Data's operator progress, "
+             "worker output) instead of only the toolkit's lines.",
+    )(command)
     command = click.option(
         "--fail-on-stall", is_flag=True,
         help="With --follow: stop following with exit code 7 when the job stalls (the job "
@@ -191,7 +274,7 @@ def _stall_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @working_dir_option
 def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                    job_yaml: Path | None, overwrite: bool, working_dir: Path | None,
-                   **kwargs: Any) -> None:
+                   excludes: tuple[str, ...], **kwargs: Any) -> None:
     """Render JOB as an Anyscale job.yaml, validated with anyscale's own models.
 
     The job (spec and code) and a copy of the toolkit are staged in the working
@@ -206,7 +289,10 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     from toolkit.cluster.render import render_job_yaml
 
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
-    result = render_job_yaml(job_def, spec, overwrite=overwrite, working_dir=working_dir)
+    result = render_job_yaml(job_def, spec, overwrite=overwrite, working_dir=working_dir,
+                             excludes=excludes)
+    for note in result.notes:
+        _note(note)
     for warning in result.warnings:
         _note(f"Warning: {warning}")
     if job_yaml is None:
@@ -232,14 +318,15 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
                    "5 STOPPED, 6 on --timeout.")
 @_timeout_option(DEFAULT_FOLLOW_TIMEOUT_S, "With --follow: stop watching after this long "
                                            "(the job keeps running).")
-@_stall_options
+@_follow_options
 @click.option("--overwrite", is_flag=True,
               help="Let the job replace results already in data.output.")
 @working_dir_option
 def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                    backend: str, address: str | None, follow: bool, timeout: float,
-                   stall_timeout: float, fail_on_stall: bool,
-                   overwrite: bool, working_dir: Path | None, **kwargs: Any) -> None:
+                   stall_timeout: float, fail_on_stall: bool, raw: bool,
+                   overwrite: bool, working_dir: Path | None, excludes: tuple[str, ...],
+                   **kwargs: Any) -> None:
     """Submit JOB to a Ray cluster or Anyscale; print its id and how to watch it.
 
     Secrets (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, WANDB_API_KEY, AWS_*) are passed
@@ -259,8 +346,11 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     check_no_url_credentials(spec)  # before any cluster is contacted
     target = _open(backend, address)
-    submission = prepare_submission(job_def, spec, target=backend, local=target.local,
-                                    overwrite=overwrite, working_dir=working_dir)
+    submission = prepare_submission(job_def, spec, target=backend, local=target.same_machine,
+                                    overwrite=overwrite, working_dir=working_dir,
+                                    excludes=excludes)
+    for note in submission.notes:
+        _note(note)
     for warning in submission.warnings:
         _note(f"Warning: {warning}")
     spec = submission.spec
@@ -280,6 +370,9 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     _note(f"Submitted job {handle.job_id}" + (f"; watch it at {handle.url}" if handle.url else ""))
     _note(f"  Spec:    {submission.request.spec_path.as_posix()}")
     _note(f"  Output:  {spec.data.output}")
+    if handle.installs:
+        _note(f"  Installs: {', '.join(handle.installs)} (the cluster lacks them; a virtualenv "
+              "is made for the job first)")
     if not follow:
         _note("Next:")
         _note(f"  toolkit status {handle.job_id}{flags}")
@@ -288,7 +381,7 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
         return
     _note(f"Following its logs (Ctrl-C stops watching, not the job; "
           f"`toolkit stop {handle.job_id}{flags}` stops it).")
-    _follow(target, handle.job_id, timeout, flags, stall_timeout, fail_on_stall)
+    _follow(target, handle.job_id, timeout, flags, stall_timeout, fail_on_stall, raw)
 
 
 # --- status, logs, list, stop ------------------------------------------------------
@@ -299,6 +392,7 @@ def _when(value: Any) -> str:
 
 
 def format_info(info: Any) -> str:
+    """The job's facts, one ``  label: value`` line each (what the backend knows)."""
     lines = [f"Job {info.job_id}: {info.status}"]
     rows = [
         ("name", info.name),
@@ -308,9 +402,21 @@ def format_info(info: Any) -> str:
         ("ended", _when(info.end_time) if info.end_time else None),
         ("duration", f"{info.duration_s:.1f} s" if info.duration_s is not None else None),
         ("url", info.url),
+        ("output", info.output),
     ]
     lines += [f"  {label + ':':11} {value}" for label, value in rows if value]
     return "\n".join(lines)
+
+
+def format_results(results: Any) -> str:
+    """An ended job's report location and summary, below :func:`format_info` (whose
+    ``output:`` line says where they are), or why there is no summary to show."""
+    from toolkit.run.summary_text import format_summary
+
+    if results.summary is None:
+        return f"  {'summary:':11} {results.summary_note or 'none'}"
+    report = results.report or "none: the run wrote no _report.html (see its notes)"
+    return f"  {'report:':11} {report}\n" + format_summary(results.summary, locations=False)
 
 
 @click.command("status")
@@ -318,38 +424,40 @@ def format_info(info: Any) -> str:
 @backend_options
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def status_command(job_id: str, backend: str, address: str | None, output: str) -> None:
-    """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) and progress.
+    """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) and progress;
+    once it has ended, where its results are, its summary and its report.
 
     Progress (rows done of rows total, rows/s since the job started, ETA) is read
     from the job's output directory when this machine can reach it, else from the
     progress lines in its log. A running job that waits for resources Ray can't
-    place shows what it waits for (its log's newest resources line).
+    place shows what it waits for (its log's newest resources line). The summary
+    and report are read from the output (recorded at submit); when this machine
+    can't read it, one line says why. ``--output json`` has the same: ``output``,
+    ``summary``, ``report`` (null when unknown) and ``summary_note``.
     """
     from toolkit.cluster.job_progress import job_progress, waiting_for
-    from toolkit.run.summary import finished_job_summary
+    from toolkit.cluster.job_results import job_results
 
     target = _open(backend, address)
     info = target.status(job_id)
-    summary = finished_job_summary(info.output) if info.status.is_terminal() else None
-    progress = job_progress(info, summary=summary, logs=lambda: target.logs(job_id),
+    results = job_results(info, same_machine=target.same_machine)
+    progress = job_progress(info, summary=results.summary, logs=lambda: target.logs(job_id),
                             sample_rows=sample_rows())
     waiting = waiting_for(info, lambda: target.logs(job_id))
     if output == "json":
         payload = info.model_dump(mode="json")
         payload["progress"] = progress.as_json()
         payload["waiting_for"] = waiting
-        payload["summary"] = summary.model_dump(mode="json") if summary else None
+        payload.update(results.as_json())
         click.echo(json.dumps(payload, indent=2))
         return
     click.echo(format_info(info))
-    if summary is None and progress.rows_done is not None:
+    if results.summary is None and progress.rows_done is not None:
         click.echo(f"  {'progress:':11} {progress.describe()}")
     if waiting is not None:
         click.echo(f"  {'resources:':11} {waiting}")
-    if summary is not None:
-        from toolkit.run.summary_text import format_summary
-
-        click.echo(format_summary(summary))
+    if info.status.is_terminal():
+        click.echo(format_results(results))
 
 
 @click.command("logs")
@@ -357,16 +465,27 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
 @backend_options
 @click.option("--follow", "-f", is_flag=True,
               help="Keep streaming until the job ends; exit 0 SUCCEEDED, 4 FAILED, 5 STOPPED, "
-                   "6 on --timeout.")
+                   "6 on --timeout, 130 on Ctrl-C (the job keeps running).")
 @_timeout_option(DEFAULT_FOLLOW_TIMEOUT_S, "With --follow: stop watching after this long.")
-@_stall_options
+@_follow_options
 def logs_command(job_id: str, backend: str, address: str | None, follow: bool,
-                 timeout: float, stall_timeout: float, fail_on_stall: bool) -> None:
-    """Print JOB_ID's logs (the driver's output); with --follow, and its progress."""
+                 timeout: float, stall_timeout: float, fail_on_stall: bool, raw: bool) -> None:
+    """Print JOB_ID's log; with --follow, only what the toolkit says, until the job ends.
+
+    Without --follow: the job's whole log as the cluster recorded it (the driver's
+    output: the toolkit's lines, marked [toolkit], among Ray's), for the record and
+    for scripts.
+
+    With --follow: what the job is doing before rows come (starting, reading the
+    input, loading the model), then a progress line (rows done of total, rows/s over
+    the last 2 minutes, ETA), warnings, errors and the run's summary; Ray Data's
+    operator blocks and other Ray output are left out. --raw (-v) streams the whole
+    log instead. Ctrl-C stops following, not the job.
+    """
     target = _open(backend, address)
     if follow:
         _follow(target, job_id, timeout, _target_flags(backend, address), stall_timeout,
-                fail_on_stall)
+                fail_on_stall, raw)
     else:
         click.echo(target.logs(job_id), nl=False)
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from toolkit.cluster.job_log import JobLogWriter
 from toolkit.errors import SpecError, ToolkitError, debug_enabled
 from toolkit.spec.engine_kinds import engine_kind
 
@@ -55,24 +57,31 @@ def check_packages(*engine_kinds: str) -> None:
         )
 
 
-def _report_progress(spec: Any) -> Callable[[], None]:
-    """Print ``progress: rows_done=... rows_total=... rows_per_second=...`` every
-    30 s while the run goes, for watchers that can't read its output directly
-    (``toolkit status``/``--follow`` parse it). Returns the function that stops it."""
+def _report_progress(spec: Any, log: JobLogWriter) -> Callable[[], None]:
+    """Print ``[toolkit] progress: rows_done=... rows_total=... rows_per_second=...``
+    (with the phase until rows come) every 30 s while the run goes, for watchers that
+    can't read its output directly (``toolkit status``/``--follow`` parse it).
+    Returns the function that stops it."""
     from toolkit.cluster.job_progress import report_progress
     from toolkit.run.progress_sources import expected_rows
     from toolkit.samples.provider import SAMPLES
 
     return report_progress(spec.data.output,
-                           lambda: expected_rows(spec, SAMPLES.default_rows))
+                           lambda: expected_rows(spec, SAMPLES.default_rows),
+                           emit=log.progress, phase=lambda: log.phase_now)
 
 
-def _report_resources(notice: str) -> None:
-    """``resources: waiting for 1 GPU (L4) ...``: a line ``toolkit status`` shows
-    (:func:`~toolkit.cluster.job_progress.parse_resources_line`)."""
-    from toolkit.cluster.job_progress import format_resources_line
+def with_output_resolved(spec: Any) -> Any:
+    """The spec with ``data.output`` as this cluster names it (Anyscale's artifact
+    storage filled in: see :mod:`toolkit.cluster.data_placement`)."""
+    from toolkit.cluster.data_placement import resolve_output
 
-    print(format_resources_line(notice), flush=True)
+    output = resolve_output(spec.data.output)
+    if output == spec.data.output:
+        return spec
+    updated = spec.model_copy(deep=True)
+    updated.data.output = output
+    return updated
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,7 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spec", required=True, type=Path, help="spec file (JSON or YAML)")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
     args = parser.parse_args(argv)
+    # Every line of ours is marked, so `toolkit logs --follow` shows them among Ray's.
+    log = JobLogWriter()
     try:
+        log.phase("starting")
         check_packages()
         from toolkit.run.cluster_fit import check_cluster_fits, cluster_state
         from toolkit.run.pipeline import run_pipeline
@@ -95,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
 
         job = load_job(args.job)
         spec = read_spec_file(job, args.spec)
+        spec = with_output_resolved(spec)
         # Workers load the model, but they run the driver's image in every setup we render.
         check_packages(*(engine.kind for _, engine in spec.model_stages))
         connection = connect_ray()
@@ -103,18 +116,28 @@ def main(argv: list[str] | None = None) -> None:
         check_cluster_fits(spec, cluster_state())
         from toolkit.samples.provider import SAMPLES
 
-        stop_progress = _report_progress(spec)
+        stop_progress = _report_progress(spec, log)
         try:
             summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES,
-                                   on_notice=_report_resources)
+                                   on_notice=log.resources, on_phase=log.phase)
         finally:
             stop_progress()
     except ToolkitError as exc:
         if debug_enabled():
             raise
-        print(f"Error: {exc.format_message()}", file=sys.stderr)
+        log.error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
-    print(format_summary(summary), flush=True)
+    except Exception as exc:
+        if debug_enabled():
+            raise
+        # The traceback stays in the raw log; the marked line says what failed.
+        traceback.print_exc()
+        from toolkit.run.local_run import root_cause
+
+        log.error(f"The run failed: {root_cause(exc)}",
+                  "The traceback is in the job's whole log (toolkit logs JOB_ID).")
+        sys.exit(1)
+    log.summary(format_summary(summary))
 
 
 if __name__ == "__main__":

@@ -11,16 +11,20 @@ never from Ray's internals:
   run uses; for a ``sample:`` input without rows, the provider's default);
 - **the job's log**, when the run directory can't be read from here (a relative
   path on a remote cluster, a bucket without credentials): the cluster
-  entrypoint prints a :func:`format_progress_line` every
-  :data:`LOG_INTERVAL_S` seconds (:func:`report_progress`), and
-  :func:`parse_progress_line` reads the newest one back.
+  entrypoint prints a progress line every :data:`LOG_INTERVAL_S` seconds
+  (:func:`report_progress`), marked as the toolkit's
+  (:mod:`toolkit.cluster.job_log` owns the format), and
+  :func:`~toolkit.cluster.job_log.parse_progress_line` reads the newest one back.
 
 ``toolkit status`` calls :func:`job_progress` once (rows/s over the time since the
-job started); ``--follow`` calls :func:`watch_job`, which samples the progress
-every few seconds, computes rows/s over a sliding window, reports it, and warns
-(or, with ``fail_on_stall``, raises :class:`~toolkit.errors.JobStalledError`,
-exit 7) when no row has been written for ``stall_timeout_s``: Ray Data LLM can
-hang on a CUDA out-of-memory error instead of failing (ray#59986).
+job started); ``--follow`` calls :func:`watch_job`, which shows the toolkit's own
+lines of the job's log (:class:`~toolkit.cluster.job_log.LogFilter`), samples the
+progress every few seconds, computes rows/s over a sliding window of recent samples
+(from the last sample before rows came, so model loading does not drag the rate
+down), reports it, and warns (or, with ``fail_on_stall``, raises
+:class:`~toolkit.errors.JobStalledError`, exit 7) when no row has been written for
+``stall_timeout_s``: Ray Data LLM can hang on a CUDA out-of-memory error instead of
+failing (ray#59986).
 
 Nothing here imports Ray; everything that waits takes a :class:`Clock`.
 """
@@ -28,13 +32,21 @@ Nothing here imports Ray; everything that waits takes a :class:`Clock`.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
+from toolkit.cluster.job_log import (  # noqa: F401 - callers import the line formats here too
+    MARKER,
+    LogFilter,
+    ToolkitLine,
+    format_progress_line,
+    format_resources_line,
+    parse_progress_line,
+    parse_resources_line,
+)
 from toolkit.cluster.watching import DEFAULT_TIMEOUT_S, REAL_CLOCK, Clock, follow
 from toolkit.errors import JobStalledError
 from toolkit.run.progress_model import (
@@ -55,20 +67,18 @@ if TYPE_CHECKING:
 DEFAULT_STALL_TIMEOUT_S = 30 * 60.0
 #: Seconds between the entrypoint's progress lines in the job's log.
 LOG_INTERVAL_S = 30.0
-#: While following: read the progress at most this often (listing a bucket costs).
+#: While following: read the progress at most this often from a bucket (listing one
+#: costs); an output on a path is read at every poll.
 SAMPLE_INTERVAL_S = 5.0
 #: While following without a terminal: one progress line this often.
 REPORT_INTERVAL_S = 60.0
-#: While following: rows/s is measured over this much recent time.
-RATE_WINDOW_S = 5 * 60.0
-
-_LINE_PREFIX = "progress:"
-_LINE = re.compile(
-    r"^progress: rows_done=(\d+) rows_total=(\d+|unknown) rows_per_second=([0-9.]+|unknown)"
-    r"(?: failed_checks=(\S+))?\s*$",
-    re.MULTILINE,
-)
-
+#: While following (and in the entrypoint's progress lines): rows/s is measured over
+#: this much recent time, so the ETA follows the rate of now, not of the run so far.
+RATE_WINDOW_S = 2 * 60.0
+#: While following: rows/s is shown once rows have been landing for this long. Ray
+#: Data writes files in bursts; a rate over a second or two says more about a burst
+#: than about the run.
+RATE_MIN_SPAN_S = 5.0
 
 # --- reading the run directory ------------------------------------------------------
 
@@ -81,43 +91,13 @@ def readable_from_here(output: str | None) -> bool:
     return "://" in output or output.startswith("/")
 
 
-# --- the job's own progress lines ---------------------------------------------------
-
-
-def format_progress_line(rows_done: int, rows_total: int | None,
-                         rows_per_second: float | None,
-                         checks: tuple[tuple[str, int], ...] | None = None) -> str:
-    """``progress: rows_done=1200 rows_total=5000 rows_per_second=41.3`` (``unknown`` for
-    a missing figure), then ``failed_checks=truncated:12,empty:1`` once a row failed a
-    check: the line the cluster entrypoint prints, stable for parsing."""
-    total = str(rows_total) if rows_total is not None else "unknown"
-    rate = f"{rows_per_second:.1f}" if rows_per_second is not None else "unknown"
-    line = f"{_LINE_PREFIX} rows_done={rows_done} rows_total={total} rows_per_second={rate}"
-    failed = [f"{name}:{count}" for name, count in checks or () if count]
-    return line + (f" failed_checks={','.join(failed)}" if failed else "")
-
-
-def parse_progress_line(log_text: str) -> Progress | None:
-    """The newest progress line in ``log_text`` as a :class:`Progress`, or None."""
-    last = None
-    for last in _LINE.finditer(log_text):
-        pass
-    if last is None:
-        return None
-    done = int(last.group(1))
-    total = int(last.group(2)) if last.group(2) != "unknown" else None
-    rate = float(last.group(3)) if last.group(3) != "unknown" else None
-    checks = None
-    if last.group(4):
-        pairs = [item.rpartition(":") for item in last.group(4).split(",")]
-        checks = tuple((name, int(count)) for name, _, count in pairs if count.isdigit())
-    return Progress(done, total, rate, eta_seconds(done, total, rate), source="log",
-                    checks=checks or None)
+# --- the job's own progress lines -----------------------------------------------------
 
 
 def report_progress(output: str, rows_total: int | None | Callable[[], int | None], *,
                     interval_s: float = LOG_INTERVAL_S,
                     emit: Callable[[str], None] | None = None,
+                    phase: Callable[[], str | None] | None = None,
                     clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:
     """Print a progress line for the run directory ``output`` at once and then every
     ``interval_s``, from a daemon thread (the cluster entrypoint's fallback for
@@ -127,42 +107,24 @@ def report_progress(output: str, rows_total: int | None | Callable[[], int | Non
     Args:
         rows_total: Rows expected, or a function computing it in the thread
             (:func:`~toolkit.run.progress_sources.expected_rows`).
+        emit: Prints a :func:`format_progress_line` (default: to stdout, marked).
+        phase: What the run does now; its lines carry it until the first row comes.
 
     Returns:
         ``stop()``, which ends the thread.
     """
-    emit = emit or (lambda line: print(line, flush=True))
+    emit = emit or (lambda line: print(MARKER + line, flush=True))
     reporter = ProgressReporter(WrittenRows(output), total=rows_total, clock=clock,
                                 window_s=RATE_WINDOW_S)
 
     def look() -> None:
+        if phase is not None:
+            reporter.phase = phase()
         progress = reporter.poll()
         emit(format_progress_line(progress.rows_done or 0, progress.rows_total,
-                                  progress.rows_per_second, progress.checks))
+                                  progress.rows_per_second, progress.checks, progress.phase))
 
     return polling(look, interval_s, join_timeout_s=5.0)
-
-
-_RESOURCES_PREFIX = "resources: "
-_RESOURCES_LINE = re.compile(r"^resources: (.*\S)\s*$", re.MULTILINE)
-_WAITING = "waiting for "
-
-
-def format_resources_line(notice: str) -> str:
-    """``resources: waiting for 1 GPU (L4) for engine: ...``: the line the cluster
-    entrypoint prints when Ray can't place the run's workers (and when it can again)."""
-    return _RESOURCES_PREFIX + " ".join(notice.split())
-
-
-def parse_resources_line(log_text: str) -> str | None:
-    """What the newest resources line says the job waits for; None when there is none
-    or the newest says the workers were placed after all."""
-    last = None
-    for last in _RESOURCES_LINE.finditer(log_text):
-        pass
-    if last is None or not last.group(1).startswith(_WAITING):
-        return None
-    return last.group(1)
 
 
 def waiting_for(info: JobInfo, logs: Callable[[], str]) -> str | None:
@@ -240,10 +202,22 @@ class ProgressWatcher:
     """Called on every poll of a followed job: samples its progress, reports it, and
     raises or warns when no row has been written for ``stall_timeout_s``.
 
-    Rows/s is measured over the last ``window_s`` seconds of samples. The stall
-    clock starts when the job is first seen RUNNING and restarts whenever the
-    row count changes; it runs only once some progress could be read (a job whose
-    progress can't be read from here is never called stalled).
+    Rows/s is measured over the last ``window_s`` seconds of samples, counted from
+    the first rows seen to land, and known once more rows have landed after them at
+    least :data:`RATE_MIN_SPAN_S` later: the minutes a job spends loading its model
+    are not a rate (counted in, they made the first ETAs many times too long), and
+    neither is a burst of files over the second since the last look.
+    Progress read from the job's log carries the entrypoint's own recent rate,
+    measured where the rows are written, and is taken as it is (its lines are up to
+    :data:`LOG_INTERVAL_S` apart, too coarse to sample again here).
+
+    Until rows come, the progress reported carries the job's phase (``phase``,
+    from its log). A progress line is reported every ``report_interval_s``, and at
+    once when the phase changes, the first rows included.
+
+    The stall clock starts when the job is first seen RUNNING and restarts whenever
+    the row count changes; it runs only once some progress could be read (a job
+    whose progress can't be read from here is never called stalled).
     """
 
     def __init__(
@@ -260,6 +234,7 @@ class ProgressWatcher:
         window_s: float = RATE_WINDOW_S,
         clock: Clock = REAL_CLOCK,
         hint: str | None = None,
+        phase: Callable[[], str | None] | None = None,
     ) -> None:
         self.job_id = job_id
         self.read = read
@@ -271,13 +246,17 @@ class ProgressWatcher:
         self.sample_interval_s = sample_interval_s
         self.clock = clock
         self.hint = hint
+        self.phase = phase
         self.window = RateWindow(window_s)
         self.latest: Progress | None = None
         self._sampled_at: float | None = None
         self._reported_at: float | None = None
+        self._reported_phase: str | None = None
         self._running_since: float | None = None
         self._rows: int | None = None
         self._changed_at: float | None = None
+        self._landings = 0  # times this run's row count was seen to grow
+        self._first_landing_at: float | None = None
         self._warned = False
 
     def __call__(self, info: JobInfo) -> None:
@@ -294,24 +273,52 @@ class ProgressWatcher:
 
     def _sample(self, now: float) -> None:
         progress = self.read()
-        if progress is None or progress.rows_done is None:
+        rows = progress.rows_done if progress is not None else None
+        if rows is not None:
+            self._count(now, rows)
+        phase = None
+        if self._landings == 0:  # no row has come since the follow began
+            phase = (self.phase() if self.phase is not None else None) or (
+                progress.phase if progress is not None else None)
+        if progress is not None and rows is not None:
+            rate = progress.rows_per_second
+            settled = (self._first_landing_at is not None and self._landings >= 2
+                       and now - self._first_landing_at >= RATE_MIN_SPAN_S)
+            if progress.source != "log" and settled:
+                rate = self.window.rate()
+            eta = eta_seconds(rows, progress.rows_total, rate)
+            if rows == progress.rows_total:  # all written: no rate needed to know
+                eta = 0.0
+            latest = dataclasses.replace(progress, rows_per_second=rate, phase=phase,
+                                         eta_seconds=eta)
+        elif phase is not None:  # nothing counted yet, but the log says what it does
+            latest = Progress(rows_total=progress.rows_total if progress else None, phase=phase)
+        else:
             return
+        self.latest = latest
+        due = self._reported_at is None or now - self._reported_at >= self.report_interval_s
+        if due or phase != self._reported_phase:
+            self._reported_at = now
+            self._reported_phase = phase
+            self.on_progress(latest)
+
+    def _count(self, now: float, rows: int) -> None:
+        """Take a row count: the stall clock, and the window rows/s is measured over."""
         if self._rows is None:
-            self._rows = progress.rows_done  # the stall clock runs from the first RUNNING poll
-        elif progress.rows_done != self._rows:
-            self._rows = progress.rows_done
+            self._rows = rows  # the stall clock runs from the first RUNNING poll
+        elif rows != self._rows:
+            # Fewer rows: --overwrite cleared an earlier run's, and this run has none yet.
+            self._landings = self._landings + 1 if rows > self._rows else 0
+            self._rows = rows
             self._changed_at = now
             self._warned = False
-        self.window.add(now, progress.rows_done)
-        rate = self.window.rate()
-        if rate is None:
-            rate = progress.rows_per_second
-        self.latest = dataclasses.replace(
-            progress, rows_per_second=rate,
-            eta_seconds=eta_seconds(progress.rows_done, progress.rows_total, rate))
-        if self._reported_at is None or now - self._reported_at >= self.report_interval_s:
-            self._reported_at = now
-            self.on_progress(self.latest)
+        if self._landings == 0:  # no rows yet: the window holds the newest look only
+            self.window = RateWindow(self.window.window_s)
+            self._first_landing_at = None
+        elif self._first_landing_at is None:  # the first rows: the rate counts from here
+            self.window = RateWindow(self.window.window_s)
+            self._first_landing_at = now
+        self.window.add(now, rows)
 
     def _check_stall(self, now: float) -> None:
         since = self._changed_at if self._changed_at is not None else self._running_since
@@ -322,7 +329,7 @@ class ProgressWatcher:
         self._warned = True
         message = (f"Job {self.job_id} has written no row for {format_duration(quiet)} "
                    f"(--stall-timeout {self.stall_timeout_s:g} s); "
-                   f"{self.latest.rows_done if self.latest else 0:,} rows so far.")
+                   f"{self._rows or 0:,} rows so far.")
         if self.fail_on_stall:
             raise JobStalledError(f"{message} Stopped following; the job keeps running.",
                                   hint=self.hint)
@@ -330,15 +337,21 @@ class ProgressWatcher:
 
 
 def progress_reader(backend: Backend, job_id: str, output: str | None,
-                    sample_rows: Mapping[str, int] | None = None) -> Callable[[], Progress | None]:
+                    sample_rows: Mapping[str, int] | None = None,
+                    logged: Callable[[], Progress | None] | None = None,
+                    ) -> Callable[[], Progress | None]:
     """Reads a running job's progress: from its run directory when readable from
-    here (or on a local head), else from its newest progress line in the log."""
+    here (or on a local head), else from its newest progress line in the log
+    (``logged``, e.g. a :class:`~toolkit.cluster.job_log.LogFilter`'s, saves
+    fetching the log again)."""
     counter = OutputRows(output, sample_rows) if output and (
         backend.local or readable_from_here(output)) else None
 
     def read() -> Progress | None:
         written = counter.read() if counter is not None else None
-        return written if written is not None else parse_progress_line(backend.logs(job_id))
+        if written is not None:
+            return written
+        return logged() if logged is not None else parse_progress_line(backend.logs(job_id))
 
     return read
 
@@ -356,6 +369,7 @@ def watch_job(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_log: Callable[[str], None] | None = None,
+    on_line: Callable[[ToolkitLine], None] | None = None,
     on_status: Callable[[JobInfo], None] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     on_stall: Callable[[str], None] | None = None,
@@ -365,12 +379,27 @@ def watch_job(
     sample_rows: Mapping[str, int] | None = None,
     read: Callable[[], Progress | None] | None = None,
     flags: str = "",
+    sample_interval_s: float | None = SAMPLE_INTERVAL_S,
     clock: Clock = REAL_CLOCK,
 ) -> JobInfo:
-    """:func:`~toolkit.cluster.watching.follow` with progress and stall detection.
+    """:func:`~toolkit.cluster.watching.follow` with the toolkit's lines, progress and
+    stall detection.
 
-    The job's output location comes from its first status (``JobInfo.output``);
-    ``read`` replaces :func:`progress_reader` (tests).
+    Args:
+        on_log: Called with each new chunk of the job's whole log (``--raw``).
+        on_line: Called with each line of the log a user needs
+            (:class:`~toolkit.cluster.job_log.LogFilter`: warnings, errors, the
+            summary); for a job that FAILED without an error line of its own, then
+            with the end of its log.
+        on_progress: Called with the job's progress: its phase until rows come,
+            then rows done of total, rows/s over :data:`RATE_WINDOW_S`, the ETA.
+        read: Replaces :func:`progress_reader` (tests).
+        sample_interval_s: Read the progress at most this often; None: at every poll
+            for an output on a path, every :data:`SAMPLE_INTERVAL_S` for a URI.
+
+    The job's output location comes from its first status (``JobInfo.output``).
+    Either log callback makes the log be read once per poll; the phase and the
+    progress lines in it are then taken from that read.
 
     Returns:
         The job's final info.
@@ -380,18 +409,46 @@ def watch_job(
         WaitTimeoutError: still running after ``timeout_s`` (exit 6).
     """
     watcher: ProgressWatcher | None = None
+    lines = LogFilter() if on_log is not None or on_line is not None else None
+
+    def show(text: str) -> None:
+        assert lines is not None
+        if on_log is not None:
+            on_log(text)
+        for line in lines.feed(text):
+            if on_line is not None:
+                on_line(line)
 
     def on_poll(info: JobInfo) -> None:
         nonlocal watcher
+        if lines is not None and lines.finished:
+            return  # the summary is out: a progress line after it would say less, later
         if watcher is None:
-            reader = read or progress_reader(backend, job_id, info.output, sample_rows)
+            logged = (lambda: lines.progress) if lines is not None else None
+            reader = read or progress_reader(backend, job_id, info.output, sample_rows, logged)
+            interval = sample_interval_s
+            if interval is None:
+                interval = SAMPLE_INTERVAL_S if "://" in (info.output or "") else 0.0
             watcher = ProgressWatcher(
                 job_id, reader, on_progress=on_progress or (lambda _: None),
                 on_stall=on_stall or (lambda _: None), stall_timeout_s=stall_timeout_s,
                 fail_on_stall=fail_on_stall, report_interval_s=report_interval_s,
-                clock=clock, hint=stall_hint(job_id, flags),
+                sample_interval_s=interval, clock=clock, hint=stall_hint(job_id, flags),
+                phase=(lambda: lines.phase) if lines is not None else None,
             )
         watcher(info)
 
-    return follow(backend, job_id, timeout_s=timeout_s, on_log=on_log, on_status=on_status,
-                  on_poll=on_poll, clock=clock)
+    info = follow(backend, job_id, timeout_s=timeout_s, on_log=show if lines else None,
+                  on_status=on_status, on_poll=on_poll, clock=clock)
+    if lines is not None and on_line is not None:
+        ending = lines.end()
+        if info.status == JobStatus.FAILED and not lines.saw_error:
+            last = lines.last_words()
+            if last:
+                ending.append(ToolkitLine("note", f"The job printed no error of its own; its "
+                                          f"log ends with (`toolkit logs {job_id}{flags}` "
+                                          "shows all of it):"))
+                ending += last
+        for line in ending:
+            on_line(line)
+    return info

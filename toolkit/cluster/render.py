@@ -28,22 +28,26 @@ import importlib.metadata
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from toolkit.cluster.backends.base import (
-    SubmitRequest,
-    check_no_secrets,
+from toolkit.cluster.backends.base import SubmitRequest, check_no_secrets
+from toolkit.cluster.compute_table import worker_instance_type
+from toolkit.cluster.data_placement import local_input, place_for_remote, place_for_this_machine
+from toolkit.cluster.staging import PY_MODULES_DIR, stage_job, stage_toolkit
+from toolkit.cluster.upload import (
+    IGNORE_FILES,
+    check_upload,
+    measure_upload,
+    rayignore_lines,
     upload_size_warning,
 )
-from toolkit.cluster.compute_table import worker_instance_type
-from toolkit.cluster.staging import PY_MODULES_DIR, stage_job, stage_toolkit
 from toolkit.errors import SpecError
-from toolkit.run.output_location import is_remote_path, output_location_warning
+from toolkit.run.run_directory import results_fingerprint
 from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
@@ -234,6 +238,8 @@ class Submission:
     request: SubmitRequest
     spec: JobSpec
     warnings: list[str] = field(default_factory=list)
+    #: What the user should know before it goes (where results land).
+    notes: list[str] = field(default_factory=list)
 
 
 def prepare_submission(
@@ -245,27 +251,39 @@ def prepare_submission(
     overwrite: bool = False,
     working_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    excludes: Sequence[str] = (),
+    input_required: bool = True,
 ) -> Submission:
     """Stage the job in the working dir and build the request every backend and job.yaml use.
+
+    What travels is measured first (see :mod:`toolkit.cluster.upload`), and the
+    input and output are placed where the cluster reads and writes them (see
+    :mod:`toolkit.cluster.data_placement`); both refuse up front, before anything
+    is written or sent.
 
     Args:
         job: The job (its code is staged with the spec).
         spec: The validated spec.
-        target: ``"anyscale"`` or ``"ray"``: the warnings, and which requirements
-            (an Anyscale image is known; a Ray cluster's is not).
-        local: The job runs on a Ray head on this machine: a relative
-            ``data.output`` is made absolute here (so results land where
-            ``toolkit run`` would put them), local cache paths are forwarded and
-            no pip requirements are installed (the head shares this Python).
+        target: ``"anyscale"`` or ``"ray"``: the upload's limit and packer, where a
+            relative output goes, and which requirements (an Anyscale image is
+            known; a Ray cluster's is not).
+        local: The cluster's nodes run on this machine and see its files at the same
+            paths (a Ray head here): relative paths are made absolute, the input is
+            read in place (not uploaded), and local cache paths are forwarded.
         overwrite: Let the job replace earlier results in ``data.output``.
         working_dir: The directory uploaded with the job: the user's project
             (default: the current directory). Only ``.toolkit/`` inside it is
             written to.
         environ: Where local env vars are read from (default ``os.environ``).
+        excludes: More gitignore lines to leave out of the upload (``--exclude``).
+        input_required: A local input must exist now (a submit); a rendered file
+            goes later, so there a missing one is only a warning.
 
     Raises:
         SpecError: a URL in the spec carries credentials, the compute section
-            can't be turned into instance types, or the working dir isn't a directory.
+            can't be turned into instance types, the working dir isn't a directory,
+            the upload is over the target's limit, the input can't reach the
+            cluster, or (a remote Ray cluster) the output is a relative path.
     """
     check_no_url_credentials(spec)  # before anything is written
     environ = os.environ if environ is None else environ
@@ -274,13 +292,24 @@ def prepare_submission(
         raise SpecError(f"--working-dir: {working_dir} is not a directory.")
     working_dir = working_dir.resolve()
     warnings: list[str] = []
-    if local and not is_remote_path(spec.data.output) and not os.path.isabs(spec.data.output):
-        spec = spec.model_copy(deep=True)
-        spec.data.output = os.path.abspath(os.path.expanduser(spec.data.output))
-    if not local:
-        warning = output_location_warning(spec.data.output, target)
-        if warning:
-            warnings.append(warning)
+    left_out = [*DEFAULT_EXCLUDES, *excludes]
+    if target == "anyscale":  # its packer reads .gitignore, not .rayignore
+        left_out += rayignore_lines(working_dir)
+    ignore_files = IGNORE_FILES if target == "ray" else (".gitignore",)
+    if local:
+        placement = place_for_this_machine(spec, working_dir)
+        upload = measure_upload(working_dir, [*left_out, *placement.excludes], ignore_files)
+    else:
+        upload = measure_upload(working_dir, left_out, ignore_files)
+        placement = place_for_remote(spec, upload, target, input_required)
+    spec = placement.spec
+    warnings += placement.warnings
+    if target == "ray":
+        check_upload(upload, input_path=local_input(spec) if not local else None)
+    else:
+        size_warning = upload_size_warning(upload)
+        if size_warning:
+            warnings.append(size_warning)
     compute_config = anyscale_compute_config(spec)  # may refuse: before writing anything
     image_uri = spec.compute.image_uri or default_image_uri()
     staged = stage_job(job, spec, working_dir)
@@ -294,10 +323,9 @@ def prepare_submission(
          "--spec", staged.spec_file.as_posix()]
         + (["--overwrite"] if overwrite else [])
     )
-    if local:
-        requirements: list[str] = []
-    else:
-        requirements = job_requirements(spec, image_uri if target == "anyscale" else None)
+    # What the job needs beyond the image; a Ray cluster installs only what it lacks
+    # (RayJobsBackend.submit asks it first).
+    requirements = job_requirements(spec, image_uri if target == "anyscale" else None)
     request = SubmitRequest(
         job=spec.job,
         name=spec.job,
@@ -305,7 +333,7 @@ def prepare_submission(
         working_dir=working_dir,
         spec_path=staged.spec_file,
         py_modules=[toolkit_copy],
-        excludes=list(DEFAULT_EXCLUDES),
+        excludes=[*left_out, *placement.excludes],
         requirements=requirements,
         env_vars=env_vars,
         image_uri=image_uri,
@@ -313,11 +341,9 @@ def prepare_submission(
         max_retries=spec.compute.max_retries,
         cloud=spec.compute.cloud,
         output=spec.data.output,
+        fingerprint=results_fingerprint(spec),
     )
-    size_warning = upload_size_warning(working_dir, request.excludes)
-    if size_warning:
-        warnings.append(size_warning)
-    return Submission(request=request, spec=spec, warnings=warnings)
+    return Submission(request=request, spec=spec, warnings=warnings, notes=placement.notes)
 
 
 def anyscale_job_config(
@@ -414,6 +440,7 @@ def job_yaml_text(request: SubmitRequest) -> str:
         f"# or let the toolkit do it: toolkit submit {request.job} <same flags> --backend anyscale",
         "# Secrets (HF_TOKEN, AWS_*, WANDB_API_KEY) are never written here; pass them at",
         "# submit time as above (toolkit submit forwards them from your environment).",
+        f"# Results: {request.output} (data.output).",
     ]
     if not request.requirements:
         header.append(
@@ -429,6 +456,7 @@ class RenderResult:
     text: str
     spec_path: Path
     warnings: list[str]
+    notes: list[str] = field(default_factory=list)
 
 
 def render_job_yaml(
@@ -437,6 +465,7 @@ def render_job_yaml(
     *,
     overwrite: bool = False,
     working_dir: Path | None = None,
+    excludes: Sequence[str] = (),
 ) -> RenderResult:
     """Render ``spec`` to an Anyscale job.yaml (validated with anyscale's models).
 
@@ -448,10 +477,12 @@ def render_job_yaml(
         SpecError: the spec can't be rendered or anyscale rejects the result.
     """
     submission = prepare_submission(
-        job, spec, target="anyscale", overwrite=overwrite, working_dir=working_dir
+        job, spec, target="anyscale", overwrite=overwrite, working_dir=working_dir,
+        excludes=excludes, input_required=False,
     )
     return RenderResult(
         text=job_yaml_text(submission.request),
         spec_path=submission.request.spec_path,
         warnings=submission.warnings,
+        notes=submission.notes,
     )

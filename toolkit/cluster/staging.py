@@ -4,8 +4,9 @@
   (the job: a prompt job's prompt and output, or ``python: job_code.py``) and, for
   a Python job loaded from a file, ``job_code.py`` (a copy of that file). The hash
   covers all three, so staging the same job twice gives the same bytes and path.
-- ``.toolkit/py_modules/toolkit/``: a copy of this package's Python files, uploaded
-  as ``py_modules``; refreshed only when it differs.
+- ``.toolkit/py_modules/toolkit/``: a copy of this package as installed (every file
+  its distribution records: sources, the report's template, the built-in jobs),
+  uploaded as ``py_modules``; refreshed only when it differs.
 
 Nothing is ever written into the toolkit's own checkout or install dir (unless
 the user runs from inside it). ``.toolkit/`` must not be listed in ``.gitignore``:
@@ -75,17 +76,67 @@ def stage_job(job: JobDefinition[Any], spec: JobSpec, working_dir: Path) -> Stag
     return StagedJob(relative, relative / SPEC_FILE, relative / JOB_FILE)
 
 
+#: The distribution this package is installed from.
+DISTRIBUTION = "batch-llm-toolkit"
+#: In a source checkout, the top-level folders the wheel ships inside the package
+#: (pyproject's ``package-dir``): checkout folder -> where the wheel puts it.
+CHECKOUT_BUILTINS = {"templates": "builtin/templates", "jobs": "builtin/jobs"}
+
+
 def toolkit_files() -> dict[str, bytes]:
-    """This package's files (sources and shipped job files), relative to the package."""
+    """This package's files, relative to the package: exactly what the installed
+    package holds (its sources, the report's template, the built-in jobs), as the
+    installer recorded them, so nothing a run needs is left behind.
+
+    From a source checkout or an editable install (whose record lists no package
+    files) it is every file of the package folder but caches, plus the checkout's
+    built-in jobs where the wheel puts them.
+    """
     root = package_dir()
+    recorded = _installed_files(root)
+    if recorded is not None:
+        return {name: (root / name).read_bytes() for name in sorted(recorded)}
     found: dict[str, bytes] = {}
     for current, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(names):
-            if name.endswith((".py", ".yaml", ".json", ".txt")):
+            if not name.endswith((".pyc", ".pyo")):
                 path = Path(current) / name
                 found[path.relative_to(root).as_posix()] = path.read_bytes()
+    for folder, shipped_as in CHECKOUT_BUILTINS.items():
+        source = root.parent / folder
+        if (root / shipped_as).is_dir() or not source.is_dir():
+            continue
+        for path in sorted(source.iterdir()):
+            if path.is_file() and path.suffix in (".yaml", ".py"):
+                found[f"{shipped_as}/{path.name}"] = path.read_bytes()
     return found
+
+
+def _installed_files(root: Path) -> list[str] | None:
+    """The package's files as its distribution's record lists them (relative to
+    ``root``); None when this package was not installed from one (a checkout, an
+    editable install) or the record doesn't describe this very folder."""
+    import importlib.metadata
+
+    try:
+        distribution = importlib.metadata.distribution(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    # Only an installer's RECORD says what was installed (a checkout's *.egg-info
+    # lists its sources as they were when it was made).
+    if distribution.read_text("RECORD") is None:
+        return None
+    names = []
+    for file in distribution.files or []:
+        if file.parts[0] != root.name or file.suffix in (".pyc", ".pyo") \
+                or "__pycache__" in file.parts:
+            continue
+        located = Path(str(file.locate())).resolve()
+        if root not in located.parents or not located.is_file():
+            return None
+        names.append(located.relative_to(root).as_posix())
+    return names or None
 
 
 def stage_toolkit(working_dir: Path) -> Path:

@@ -4,15 +4,19 @@
 since the last poll; it returns the final :class:`JobInfo` or raises
 ``WaitTimeoutError`` (exit 6) once ``timeout_s`` has passed. The job keeps running
 after a timeout. :func:`raise_for_outcome` turns the end state into the exit-code
-contract: SUCCEEDED 0, FAILED 4, STOPPED 5.
+contract: SUCCEEDED 0, FAILED 4, STOPPED 5. :func:`stopped_following` is what a
+follower says when the user stops it with Ctrl-C (exit 130): the job keeps running.
 
 Both take ``clock`` and ``sleep``, so tests drive time by hand and never sleep.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
@@ -31,6 +35,42 @@ class Clock:
 
 
 REAL_CLOCK = Clock()
+
+
+@contextlib.contextmanager
+def ctrl_c_noticed(clock: Clock = REAL_CLOCK) -> Iterator[Clock]:
+    """``clock``, whose ``sleep`` raises ``KeyboardInterrupt`` once Ctrl-C was pressed.
+
+    Ctrl-C raises ``KeyboardInterrupt`` wherever the main thread is, and when that
+    is a finalizer (a ``__del__`` run by the garbage collector while a poll reads
+    files or closes a connection), Python prints it as ``Exception ignored in ...``
+    and goes on: the follow kept following to the job's end. While the block runs,
+    SIGINT is also remembered, so the next sleep between polls raises it again.
+    Outside the main thread (no signal handler can be set there), or where SIGINT is
+    ignored, ``clock`` is yielded as it is.
+    """
+    pressed = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        pressed.set()
+        raise KeyboardInterrupt
+
+    def sleep(seconds: float) -> None:
+        if not pressed.is_set():
+            clock.sleep(seconds)
+        if pressed.is_set():
+            raise KeyboardInterrupt
+
+    # SIGINT ignored (a background job of a script) stays ignored.
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield clock
+        return
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield Clock(now=clock.now, sleep=sleep)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def follow(
@@ -116,3 +156,25 @@ def raise_for_outcome(info: JobInfo) -> None:
     if info.status == JobStatus.STOPPED:
         raise JobStoppedError(f"Job {info.job_id} was STOPPED{detail}")
     raise WaitTimeoutError(f"Job {info.job_id} has not ended yet (status {info.status}).")
+
+
+#: The exit code of a follow the user stopped with Ctrl-C (128 + SIGINT, as shells use).
+INTERRUPTED_EXIT_CODE = 130
+
+
+def stopped_following(job_id: str, flags: str = "") -> str:
+    """What a follower prints when Ctrl-C stops it: the job keeps running, and the two
+    commands that watch it again and stop it (``flags``: the same ``--address`` or
+    ``--backend`` the user gave, with a leading space)."""
+    return (f"Stopped following: job {job_id} keeps running on the cluster.\n"
+            f"Watch it again: toolkit logs {job_id} --follow{flags}\n"
+            f"Stop it: toolkit stop {job_id}{flags}")
+
+
+def stopped_submitting(flags: str = "") -> str:
+    """What ``toolkit submit`` prints when Ctrl-C stops it before it follows the job:
+    there is no job id to name, and the job may or may not have been submitted."""
+    return ("Stopped: toolkit submit was interrupted. If the job was submitted (its id "
+            "is printed above), it keeps running on the cluster.\n"
+            f"List the jobs: toolkit list{flags}\n"
+            f"Stop one: toolkit stop JOB_ID{flags}")

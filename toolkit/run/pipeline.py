@@ -420,6 +420,9 @@ def _run_prepared(
         phase("reading the input")
         ds, source = build_dataset(job, spec, run_dir, samples)
         write_id = run_dir.begin_write()
+        # The Ray Dashboard's Data view lists the run by the job's name, and the write id
+        # ties it to its files (part-<write id>_...) and manifest.
+        ds.set_name(f"{spec.job}-{write_id}")
         # Rows stream from here; the engine's workers load the model as the first come.
         phase("loading the model")
         stopped = StopOutcome()

@@ -11,7 +11,13 @@ SMOKE_WARNING = (
 )
 
 
-def format_summary(summary: RunSummary) -> str:
+def format_summary(summary: RunSummary, locations: bool = True) -> str:
+    """The summary as the run prints it at its end.
+
+    Args:
+        locations: Include the ``output:`` and ``report:`` lines (``toolkit status``
+            shows them with the job's other facts, above the summary).
+    """
     lines = [
         f"Job {summary.job} finished in {summary.seconds:.1f} s "
         f"({summary.rows_per_second:,.1f} rows/s).",
@@ -26,9 +32,10 @@ def format_summary(summary: RunSummary) -> str:
     lines += _stage_lines(summary)
     for name, value in summary.figures.items():
         lines.append(f"  {name + ':':14} {value:,}")
-    lines.append(f"  output:        {summary.output} (summary in _summary.json)")
-    if summary.report:
-        lines.append(f"  report:        {summary.report}")
+    if locations:
+        lines.append(f"  output:        {summary.output} (summary in _summary.json)")
+        if summary.report:
+            lines.append(f"  report:        {summary.report}")
     if summary.log_file:
         lines.append(f"  ray log:       {summary.log_file}")
     if summary.samples:

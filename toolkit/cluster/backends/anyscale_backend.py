@@ -76,6 +76,7 @@ class AnyscaleBackend:
     name = "anyscale"
     poll_interval_s = 10.0
     local = False
+    same_machine = False
     where = "Anyscale"
 
     def __init__(

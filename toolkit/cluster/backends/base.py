@@ -10,7 +10,6 @@ Nothing here imports Ray or Anyscale.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -55,6 +54,9 @@ class JobHandle(_Model):
         None, description="The Ray dashboard URL the job went to; None for Anyscale."
     )
     url: str | None = Field(None, description="Where to watch the job in a browser.")
+    installs: list[str] = Field(
+        default_factory=list,
+        description="Requirements installed for the job because the cluster lacked them.")
 
 
 class JobInfo(_Model):
@@ -114,6 +116,10 @@ class SubmitRequest(_Model):
     output: str | None = Field(
         None, description="The spec's data.output, recorded so `status` can find the summary."
     )
+    fingerprint: str | None = Field(
+        None, description="The spec's results fingerprint (as the run's manifest records it), "
+        "so a job in the dashboard can be matched to its output folder.",
+    )
 
 
 class JobNotFoundError(SpecError):
@@ -133,6 +139,8 @@ class Backend(Protocol):
     poll_interval_s: float
     #: The jobs run on this machine, sharing its Python (a ``--address local`` head).
     local: bool
+    #: The cluster's nodes run on this machine and see its files at the same paths.
+    same_machine: bool
     #: Where the jobs go, for people: a dashboard URL or "Anyscale".
     where: str
 
@@ -212,68 +220,3 @@ def check_no_secrets(env_vars: Mapping[str, str], where: str) -> None:
             hint="Secrets are passed from your environment at submit time "
             f"({', '.join(SECRET_ENV_NAMES)}, AWS_*); export them instead.",
         )
-
-
-# --- upload size ---------------------------------------------------------------------
-
-#: Warn above this: uploads this big are slow on every submit, and the Ray Jobs
-#: docs' working_dir limit has been 100 MiB (newer Ray accepts up to 512 MiB).
-UPLOAD_WARN_BYTES = 100 * 1024 * 1024
-
-
-def _excluded(relative: str, name: str, excludes: list[str]) -> bool:
-    for pattern in excludes:
-        pattern = pattern.rstrip("/")
-        if "/" in pattern.lstrip("/"):
-            if fnmatch.fnmatch(relative, pattern.lstrip("/")):
-                return True
-        elif fnmatch.fnmatch(name, pattern):
-            return True
-    return False
-
-
-def upload_size(working_dir: Path, excludes: list[str]) -> tuple[int, dict[str, int]]:
-    """Bytes a working_dir upload would hold (before zipping), and per top-level entry.
-
-    ``excludes`` are matched like Ray does for simple patterns: a pattern without
-    ``/`` matches a file or directory name at any depth, one with ``/`` a path
-    relative to ``working_dir``.
-    """
-    total = 0
-    per_entry: dict[str, int] = {}
-    root = Path(working_dir)
-    for current, dirs, files in os.walk(root):
-        rel_dir = os.path.relpath(current, root)
-        rel_dir = "" if rel_dir == "." else rel_dir
-        dirs[:] = [
-            d for d in dirs if not _excluded(os.path.join(rel_dir, d), d, excludes)
-        ]
-        for name in files:
-            relative = os.path.join(rel_dir, name)
-            if _excluded(relative, name, excludes):
-                continue
-            try:
-                size = os.lstat(os.path.join(current, name)).st_size
-            except OSError:
-                continue
-            total += size
-            top = relative.split(os.sep, 1)[0]
-            per_entry[top] = per_entry.get(top, 0) + size
-    return total, per_entry
-
-
-def upload_size_warning(
-    working_dir: Path, excludes: list[str], limit: int = UPLOAD_WARN_BYTES
-) -> str | None:
-    """A warning naming the biggest entries when the upload would exceed ``limit``."""
-    total, per_entry = upload_size(working_dir, excludes)
-    if total <= limit:
-        return None
-    biggest = sorted(per_entry.items(), key=lambda item: -item[1])[:5]
-    listed = ", ".join(f"{name} ({size / 2**20:.0f} MiB)" for name, size in biggest)
-    return (
-        f"The working dir {working_dir} is about {total / 2**20:.0f} MiB, over "
-        f"{limit / 2**20:.0f} MiB; every submit uploads it and Ray may refuse it. "
-        f"Biggest entries: {listed}. Move data and models out of it (read them from "
-        "s3:// or shared storage) or add them to the excludes."
-    )

@@ -22,8 +22,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+import shlex
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.cluster.backends.base import (
@@ -34,7 +37,13 @@ from toolkit.cluster.backends.base import (
     SubmitRequest,
 )
 from toolkit.errors import BackendUnavailableError, ToolkitError
-from toolkit.run.ray_auth import CONNECT_TIMEOUT_S, TOKEN_HINT, auth_headers, probe_address
+from toolkit.run.ray_auth import (
+    CONNECT_TIMEOUT_S,
+    TOKEN_HINT,
+    auth_headers,
+    is_local_address,
+    probe_address,
+)
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -72,6 +81,48 @@ def _first_line(message: str | None) -> str | None:
     return first.split(", last available logs", 1)[0].rstrip(":")
 
 
+#: How long the package probe may take before every requirement is installed anyway.
+PROBE_TIMEOUT_S = 60.0
+PROBE_MARKER = "toolkit-probe: "
+#: A probe's findings stand for one cluster session this long.
+PROBE_CACHE_S = 3600.0
+
+
+def _probe_cache() -> Path:
+    from toolkit.cluster.backends.local_head import cache_dir
+
+    return cache_dir() / "cluster-packages.json"
+
+
+def _distribution_name(requirement: str) -> str:
+    """``pydantic`` of ``pydantic>=2.7,<3``."""
+    import re
+
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip()
+
+
+def _probe_result(logs: str) -> dict[str, str | None] | None:
+    import json
+
+    for line in reversed(logs.splitlines()):
+        if line.startswith(PROBE_MARKER):
+            with contextlib.suppress(ValueError):
+                return json.loads(line[len(PROBE_MARKER):])
+    return None
+
+
+def _satisfies(version: str | None, requirement: str) -> bool:
+    """Whether an installed ``version`` meets ``requirement`` (a missing one doesn't)."""
+    if version is None:
+        return False
+    try:
+        from packaging.requirements import Requirement
+
+        return Requirement(requirement).specifier.contains(version, prereleases=True)
+    except Exception:  # noqa: BLE001 - an unusual requirement: installed is enough
+        return True
+
+
 def _timestamp(ms: int | None) -> datetime | None:
     if not ms:
         return None
@@ -103,6 +154,8 @@ class RayJobsBackend:
         self._client = client
         self.address = address.rstrip("/")
         self.local = local
+        # Its nodes see this machine's files at the same paths (a head started here).
+        self.same_machine = local or is_local_address(self.address)
         self.where = self.address
         self._flags = f" --address {address_flag}" if address_flag else ""
 
@@ -207,8 +260,10 @@ class RayJobsBackend:
 
     # -- the Backend protocol ----------------------------------------------------------
 
-    def runtime_env(self, request: SubmitRequest, secrets: Mapping[str, str]) -> dict[str, Any]:
-        """The runtime_env for ``request``: working_dir upload, env vars, pip unless local."""
+    def runtime_env(self, request: SubmitRequest, secrets: Mapping[str, str],
+                    install: Sequence[str] = ()) -> dict[str, Any]:
+        """The runtime_env for ``request``: working_dir upload, env vars, and pip for
+        ``install`` (what the cluster lacks of ``request.requirements``) only."""
         runtime_env: dict[str, Any] = {
             "working_dir": str(request.working_dir),
             "excludes": list(request.excludes),
@@ -216,28 +271,131 @@ class RayJobsBackend:
         }
         if request.py_modules:
             runtime_env["py_modules"] = [str(request.working_dir / p) for p in request.py_modules]
-        if request.requirements and not self.local:
-            runtime_env["pip"] = list(request.requirements)
+        if install:
+            runtime_env["pip"] = list(install)
         return runtime_env
 
+    def missing_requirements(self, requirements: Sequence[str],
+                             timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+        """Which of ``requirements`` the cluster's Python lacks (or has at a version
+        they exclude), asked of the cluster itself with a job of one line.
+
+        A pip runtime_env builds a fresh virtualenv for every job (more than a minute
+        before the job runs, ~85 s measured), so the job gets one only for what is
+        really missing. A head on this machine sharing this Python lacks nothing.
+        A probe that can't tell (it failed, timed out) keeps every requirement.
+        """
+        if not requirements or self.local:
+            return []
+        wanted = {_distribution_name(r): r for r in requirements}
+        found = self._remembered_versions(sorted(wanted))
+        if found is None:
+            found = self._probe_versions(sorted(wanted), timeout_s)
+            if found is None:
+                return list(requirements)
+            self._remember_versions(found)
+        return [requirement for name, requirement in wanted.items()
+                if not _satisfies(found.get(name), requirement)]
+
+    def _probe_versions(self, names: list[str], timeout_s: float
+                        ) -> dict[str, str | None] | None:
+        """The versions of ``names`` in the cluster's Python (None: not installed), from
+        a job of one line; None when the probe can't tell."""
+        code = ("import importlib.metadata as m, json\n"
+                "def v(n):\n"
+                "    try: return m.version(n)\n"
+                "    except m.PackageNotFoundError: return None\n"
+                f"print({PROBE_MARKER!r} + json.dumps({{n: v(n) for n in {names!r}}}))")
+        try:
+            job_id = self._client.submit_job(
+                entrypoint=shlex.join(["python", "-c", code]),
+                metadata={"job_name": "toolkit-probe", "toolkit_probe": "packages"})
+            deadline = time.monotonic() + timeout_s
+            while not self._client.get_job_status(job_id).is_terminal():
+                if time.monotonic() > deadline:
+                    self._client.stop_job(job_id)
+                    return None
+                time.sleep(0.2)
+            logs = self._client.get_job_logs(job_id)
+            with contextlib.suppress(Exception):
+                self._client.delete_job(job_id)  # a probe is no job of the user's
+        except Exception:  # noqa: BLE001 - the submit itself reports a real problem
+            return None
+        return _probe_result(logs)
+
+    def _session(self) -> str | None:
+        """The cluster's Ray session (a restart is a new one), from its dashboard."""
+        import requests
+
+        try:
+            response = requests.get(f"{self.address}/api/version", timeout=CONNECT_TIMEOUT_S,
+                                    headers=auth_headers(self.address, os.environ))
+            return str(response.json()["session_name"])
+        except Exception:  # noqa: BLE001 - unknown: probe again
+            return None
+
+    def _remembered_versions(self, names: list[str]) -> dict[str, str | None] | None:
+        """What an earlier probe of this cluster session found, if it covers ``names``
+        and is recent: a second submit doesn't wait for a probe job again."""
+        import json
+
+        session = self._session()
+        if session is None:
+            return None
+        try:
+            cached = json.loads(_probe_cache().read_text(encoding="utf-8"))
+            entry = cached[f"{self.address} {session}"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(entry, dict) or time.time() - entry.get("at", 0) > PROBE_CACHE_S:
+            return None
+        versions = entry.get("versions") or {}
+        return versions if all(name in versions for name in names) else None
+
+    def _remember_versions(self, versions: dict[str, str | None]) -> None:
+        import json
+
+        session = self._session()
+        if session is None:
+            return
+        path = _probe_cache()
+        with contextlib.suppress(OSError, ValueError):
+            try:
+                cached = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                cached = {}
+            key = f"{self.address} {session}"
+            known = (cached.get(key) or {}).get("versions") or {}
+            cached[key] = {"at": time.time(), "versions": {**known, **versions}}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".tmp")
+            partial.write_text(json.dumps(cached, indent=2), encoding="utf-8")
+            partial.replace(path)
+
     def submit(self, request: SubmitRequest, secrets: Mapping[str, str]) -> JobHandle:
-        """Upload the working dir and start ``request.entrypoint``.
+        """Upload the working dir and start ``request.entrypoint``, installing only the
+        requirements the cluster lacks.
 
         Raises:
             BackendUnavailableError: the cluster refused or failed the submission.
         """
+        install = self.missing_requirements(request.requirements)
+        metadata = {"job_name": request.name, "toolkit_job": request.job,
+                    **({"toolkit_output": request.output} if request.output else {}),
+                    **({"toolkit_fingerprint": request.fingerprint}
+                       if request.fingerprint else {})}
         job_id = self._call(
             "submit the job",
             None,
             lambda: self._client.submit_job(
                 entrypoint=request.entrypoint,
-                runtime_env=self.runtime_env(request, secrets),
-                metadata={"job_name": request.name, "toolkit_job": request.job,
-                          **({"toolkit_output": request.output} if request.output else {})},
+                runtime_env=self.runtime_env(request, secrets, install),
+                metadata=metadata,
             ),
         )
         return JobHandle(
-            backend=self.name, job_id=job_id, address=self.address, url=self.job_url(job_id)
+            backend=self.name, job_id=job_id, address=self.address, url=self.job_url(job_id),
+            installs=install,
         )
 
     def status(self, job_id: str) -> JobInfo:
@@ -255,6 +413,7 @@ class RayJobsBackend:
 
     def list(self) -> list[JobInfo]:
         jobs = self._call("list jobs", None, self._client.list_jobs)
-        infos = [self._info(details) for details in jobs if details.submission_id]
+        infos = [self._info(details) for details in jobs if details.submission_id
+                 and not (details.metadata or {}).get("toolkit_probe")]
         epoch = datetime.fromtimestamp(0, tz=timezone.utc)
         return sorted(infos, key=lambda info: info.start_time or epoch, reverse=True)
