@@ -9,7 +9,8 @@ mark. The packages the toolkit needs are all in the head's Python, so the time t
 RUNNING is what the toolkit adds (uploads, a package probe, any pip environment).
 
 With ``--vs REV`` it runs this checkout and REV (a temporary git worktree, the same
-Python and packages) in turns, A B A B, after one warm-up each.
+Python and packages) in turns, A B A B. The first submit of each (to a cluster that
+has seen none: a fresh head, empty caches) is shown apart from the median of the rest.
 
 Usage:
     python bench/submit_timeline.py [--rows 200] [--repeat 3] [--vs 8fd4a1d]
@@ -84,13 +85,16 @@ def main() -> None:
             sources[args.vs] = baseline
         try:
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
+            first: dict[str, dict[str, float]] = {}
             workdirs = {name: Path(tempfile.mkdtemp(dir=tmp)) for name in sources}
-            for turn in range(args.repeat + 1):  # the first turn warms caches, uncounted
+            for turn in range(args.repeat + 1):  # the first submit of each is shown apart
                 for name, source in sources.items():
                     marks = timeline(source, head.dashboard_url, args.job, args.rows,
                                      workdirs[name])
                     if turn:
                         runs[name].append(marks)
+                    else:
+                        first[name] = marks
         finally:
             stop_head(head, process=process)
             if args.vs:
@@ -98,9 +102,11 @@ def main() -> None:
                                 str(sources[args.vs])], check=False)
     print(f"toolkit submit {args.job} --smoke --rows {args.rows} to a Ray head on this "
           f"machine: median seconds from the submit command's start, {args.repeat} runs each")
-    print(f"{'':>16} " + " ".join(f"{mark:>11}" for mark in ("submitted", *MARKS)))
+    print(f"{'':>22} " + " ".join(f"{mark:>11}" for mark in ("submitted", *MARKS)))
     for name, marks in runs.items():
-        print(f"{name[:16]:>16} " + " ".join(
+        print(f"{name[:16] + ' first':>22} " + " ".join(
+            f"{first[name][k]:>11.1f}" for k in ("submitted", *MARKS)))
+        print(f"{name[:16] + ' median':>22} " + " ".join(
             f"{statistics.median(m[k] for m in marks):>11.1f}" for k in ("submitted", *MARKS)))
 
 
