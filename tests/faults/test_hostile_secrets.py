@@ -252,7 +252,7 @@ def test_credential_files_stay_out_of_the_upload_and_the_size_warning(project, t
 
     result = invoke(["render", "text-industry", "--output", "s3://bucket/out", "-o", "job.yaml"])
     assert result.exit_code == 0, result.output
-    assert "Biggest entries: data (101 MiB)" in result.output
+    assert "Biggest entries: data/ (101 MiB)" in result.output
     warning = result.output.split("Biggest entries:")[1].split("\n")[0]
     for shown in (".env", ".aws", ".netrc", ".ssh", "id_rsa", "server.key", "tls", "config"):
         assert shown not in warning
