@@ -197,3 +197,36 @@ def test_a_run_refused_before_its_first_row_gives_way_to_the_fixed_spec(place):
     run_dir.prepare(spec(place[0], "data.id_column=Company"), overwrite=False, resumable=True)
     assert run_dir.prepare(spec(place[0]), overwrite=False, resumable=True) is RunState.EMPTY
     assert run_dir.read_manifest().spec["data"]["id_column"] == "Index"
+
+
+def test_a_reader_never_sees_a_half_written_manifest(tmp_path: Path):
+    """``toolkit status`` and progress polls read the manifest while a run rewrites it."""
+    import json
+    import threading
+
+    run_dir = RunDirectory(str(tmp_path / "out"))
+    run_dir.prepare(spec(str(tmp_path / "out")), overwrite=False, resumable=True)
+    done = threading.Event()
+
+    def keep_writing() -> None:
+        for _ in range(300):
+            run_dir.end_write(run_dir.begin_write())
+        done.set()
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    reads = 0
+    while not done.is_set():
+        json.loads((tmp_path / "out" / "_manifest.json").read_text())
+        reads += 1
+    writer.join()
+    assert reads > 0
+    assert sorted(run_dir.entries()) == ["_manifest.json"]  # no partial file left behind
+
+
+def test_a_partial_file_left_by_a_killed_run_is_the_toolkits(place):
+    run_dir = open_dir(place)
+    run_dir.prepare(spec(place[0]), overwrite=False, resumable=True)
+    write_file(run_dir, "_manifest.json.partial-0123456789ab", b"{")
+    assert run_dir.prepare(spec(place[0]), overwrite=True, resumable=True) is RunState.EMPTY
+    assert run_dir.entries() == ["_manifest.json"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -45,7 +46,8 @@ def ctrl_c_noticed(clock: Clock = REAL_CLOCK) -> Iterator[Clock]:
     is a finalizer (a ``__del__`` run by the garbage collector while a poll reads
     files or closes a connection), Python prints it as ``Exception ignored in ...``
     and goes on: the follow kept following to the job's end. While the block runs,
-    SIGINT is also remembered, so the next sleep between polls raises it again.
+    SIGINT is also remembered, so the next sleep between polls raises it again, and
+    the ignored one is not printed.
     Outside the main thread (no signal handler can be set there), or where SIGINT is
     ignored, ``clock`` is yielded as it is.
     """
@@ -66,11 +68,21 @@ def ctrl_c_noticed(clock: Clock = REAL_CLOCK) -> Iterator[Clock]:
             or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield clock
         return
+    previous_hook = sys.unraisablehook
+
+    def unraisable(info: sys.UnraisableHookArgs) -> None:
+        # The KeyboardInterrupt on_sigint raised inside a finalizer: Python would
+        # print it as a traceback; the next sleep raises it where it is caught.
+        if not (pressed.is_set() and isinstance(info.exc_value, KeyboardInterrupt)):
+            previous_hook(info)
+
     previous = signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = unraisable
     try:
         yield Clock(now=clock.now, sleep=sleep)
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
 
 
 def follow(

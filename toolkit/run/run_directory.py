@@ -44,6 +44,7 @@ One process at a time writes a run folder: see :mod:`toolkit.run.writer_lock`
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
@@ -66,6 +67,8 @@ if TYPE_CHECKING:
     import pyarrow.fs
 
 MANIFEST_FILE = "_manifest.json"
+#: A file the toolkit is writing, renamed over its name when whole.
+PARTIAL_SUFFIX = ".partial-"
 SUMMARY_FILE = "_summary.json"
 CHECKPOINT_DIR = "_checkpoint"
 STAGED_INPUT_DIR = "_input"
@@ -173,6 +176,8 @@ class Manifest:
 
     def owns(self, name: str) -> bool:
         """Whether ``name`` (relative to the directory) was written by the toolkit."""
+        # A bookkeeping file's half-written sibling, left by a run killed mid-write.
+        name = name.split(PARTIAL_SUFFIX, 1)[0]
         if name in (MANIFEST_FILE, LOCK_FILE) or any(
                 name == m or name.startswith(f"{m}/") for m in self.made):
             return True
@@ -654,19 +659,36 @@ class RunDirectory:
         """Write one of the toolkit's JSON files (recorded in the manifest first)."""
         if name != MANIFEST_FILE:
             self.claim(name)
-        self.check_no_link(name)
-        with self.fs.open_output_stream(self._fs_path(name)) as stream:
-            stream.write(json.dumps(content, indent=2, default=str).encode())
+        self._replace(name, json.dumps(content, indent=2, default=str).encode())
 
     def write_file(self, name: str, content: bytes) -> str:
         """Write one of the toolkit's own files (recorded in the manifest first, so a
         rerun or ``--overwrite`` knows it is the toolkit's); return its path as
         ``location`` spells it."""
         self.claim(name)
-        self.check_no_link(name)
-        with self.fs.open_output_stream(self._fs_path(name)) as stream:
-            stream.write(content)
+        self._replace(name, content)
         return self.location.rstrip("/") + "/" + name
+
+    def _replace(self, name: str, content: bytes) -> None:
+        """Write ``name`` whole: whoever reads it meanwhile (``toolkit status``, a
+        progress poll, the next attempt) sees the old content or the new, never an
+        empty file. On local disk that is a sibling renamed over it; an object store
+        makes an object visible only once its upload completes."""
+        self.check_no_link(name)
+        if not self.is_local:
+            with self.fs.open_output_stream(self._fs_path(name)) as stream:
+                stream.write(content)
+            return
+        partial = f"{name}{PARTIAL_SUFFIX}{uuid.uuid4().hex[:12]}"
+        try:
+            fd = os.open(self._fs_path(partial),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as stream:
+                stream.write(content)
+            os.replace(self._fs_path(partial), self._fs_path(name))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._fs_path(partial))
 
     def read_json(self, name: str) -> dict[str, Any] | None:
         return self._read_json(name)
