@@ -29,10 +29,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from toolkit.engines.transformers_engine import TransformersChatEngine, generate_texts
-from toolkit.spec.catalog import load_job
+from toolkit.engines.transformers.chat_engine import TransformersChatEngine, generate_texts
 from toolkit.run.pipeline import engine_sampling_params
 from toolkit.samples.customers import customers_batch
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 

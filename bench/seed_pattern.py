@@ -37,8 +37,8 @@ class TextGenerationPredictor:
         self.load_seconds: float | None = time.monotonic() - started
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        from toolkit.engines.transformers_engine import log_first_batch
-        from toolkit.spec.catalog import load_job
+        from toolkit.engines.transformers.chat_engine import log_first_batch
+        from toolkit.spec.jobs.catalog import load_job
         from toolkit.spec.loading import load_job_spec
 
         if self.load_seconds is not None:  # the line the toolkit's engine logs too

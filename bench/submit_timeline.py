@@ -35,7 +35,7 @@ def timeline(source: Path, url: str, job: str, rows: int, workdir: Path) -> dict
     """Seconds from the submit command's start to each of :data:`MARKS`."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    from toolkit.run.ray_auth import auth_headers
+    from toolkit.run.ray.auth import auth_headers
 
     out = workdir / f"out-{time.monotonic_ns()}"
     env = {**os.environ, "PYTHONPATH": str(source), "RAY_ADDRESS": ""}

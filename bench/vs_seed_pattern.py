@@ -48,9 +48,9 @@ def prompt_figures(model: str, rows: int) -> tuple[float, float]:
     """(prompt tokens per row, share of them every row starts with)."""
     from transformers import AutoTokenizer
 
-    from toolkit.engines.prompt_prefix import shared_prefix_length
+    from toolkit.engines.transformers.prompt_prefix import shared_prefix_length
     from toolkit.samples.customers import customers_batch
-    from toolkit.spec.catalog import load_job
+    from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     job = load_job("text-industry")

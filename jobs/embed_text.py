@@ -51,7 +51,6 @@ JOB = JobDefinition(
     preprocess=preprocess,
     postprocess=postprocess,
     required_columns=lambda options: [options.text_column],
-    structured_output=lambda options: None,
     result_columns=lambda options: {"embedding": "list<float>"},
     summary_columns=("embedding",),
     summarize=dimensions,

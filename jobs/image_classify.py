@@ -59,7 +59,6 @@ JOB = JobDefinition(
     preprocess=preprocess,
     postprocess=postprocess,
     required_columns=lambda options: [options.image_column],
-    structured_output=lambda options: None,
     result_columns=lambda options: {"label": "string", "score": "double"},
     drop_columns=lambda options: [options.image_column],
     smoke_overrides={

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolkit.run.input.openai_batch import BODY_COLUMN, REQUEST_ERROR_COLUMN, URL_COLUMN, chat_request
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
-from toolkit.spec.openai_batch import BODY_COLUMN, REQUEST_ERROR_COLUMN, URL_COLUMN, chat_request
 
 
 def preprocess(row: dict[str, Any], options: Any) -> dict[str, Any]:
@@ -40,10 +40,9 @@ JOB = JobDefinition(
     name="openai-batch",
     description="Run an OpenAI Batch API request file (JSONL); write the Batch API output file.",
     spec_model=JobSpec,
-    preprocess=preprocess,
+    preprocess=preprocess,  # each request's response_format is its own structured output
     postprocess=postprocess,
     required_columns=lambda options: [BODY_COLUMN, REQUEST_ERROR_COLUMN],
-    structured_output=lambda options: None,  # per request, from its response_format
     result_columns=lambda options: {"content": "string"},
     drop_columns=lambda options: [BODY_COLUMN, URL_COLUMN, REQUEST_ERROR_COLUMN],
     smoke_overrides={"engine.model": "sample:tiny-chat"},

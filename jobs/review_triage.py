@@ -77,7 +77,6 @@ JOB = JobDefinition(
     preprocess=reply_messages,
     postprocess=reply_columns,
     required_columns=lambda options: [options.text_column],
-    structured_output=lambda options: None,
     result_columns=lambda options: {"reply": "string"},
     smoke_overrides={
         "data.input": "sample:reviews",

@@ -73,7 +73,6 @@ JOB = JobDefinition(
     preprocess=preprocess,
     postprocess=postprocess,
     required_columns=lambda options: list(options.feature_columns),
-    structured_output=lambda options: None,
     result_columns=lambda options: {"prediction": options.prediction_type,
                                     "probabilities": "list<double>"},
     smoke_overrides={

@@ -46,7 +46,6 @@ JOB = JobDefinition(
     preprocess=preprocess,
     postprocess=postprocess,
     required_columns=lambda options: [options.text_column],
-    structured_output=lambda options: None,
     result_columns=lambda options: {"label": "string", "score": "double"},
     smoke_overrides={
         "data.input": "sample:reviews",

@@ -83,7 +83,6 @@ JOB = JobDefinition(
     preprocess=preprocess,
     postprocess=postprocess,
     required_columns=lambda options: [options.image_column],
-    structured_output=lambda options: None,
     result_columns=lambda options: {"generated_caption": "string"},
     drop_columns=lambda options: [options.image_column],
     multimodal=True,

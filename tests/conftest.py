@@ -66,7 +66,7 @@ def local_ray():
     """A real Ray started in this process as ``toolkit run`` starts it, shut down at the end."""
     import ray
 
-    from toolkit.run.ray_connection import local_logical_cpus
+    from toolkit.run.ray.connection import local_logical_cpus
 
     if not ray.is_initialized():
         ray.init(num_cpus=local_logical_cpus(), logging_level="ERROR", include_dashboard=False)

@@ -8,7 +8,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("date-reformat")

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.run.pipeline import run_pipeline
-from toolkit.spec.catalog import load_job
 from toolkit.samples.provider import SAMPLES
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 
@@ -77,8 +77,8 @@ def assert_answered(line: dict) -> None:
 
 
 def test_each_request_brings_its_own_sampling_params_over_the_specs():
+    from toolkit.run.input.openai_batch import parse_request_line
     from toolkit.run.pipeline import engine_sampling_params, prepare_row
-    from toolkit.spec.openai_batch import parse_request_line
 
     job = load_job("openai-batch")
     spec = load_job_spec(job, smoke=True, overrides={"data.input": "requests.jsonl"})

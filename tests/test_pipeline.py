@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.spec.catalog import load_job
 from toolkit.run.pipeline import run_pipeline
-from toolkit.samples.provider import SAMPLES
 from toolkit.samples.customers import CUSTOMER_COLUMNS, write_customers_csv
+from toolkit.samples.provider import SAMPLES
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")

@@ -13,19 +13,19 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from toolkit.cluster.backends.base import check_no_secrets, secret_env
-from toolkit.cluster.upload import measure_upload, upload_size_warning
 from toolkit.cli.main import main
+from toolkit.cluster.backends.base import check_no_secrets, secret_env
 from toolkit.cluster.compute_table import ACCELERATOR_INSTANCE_TYPES, worker_instance_type
-from toolkit.errors import SpecError
-from toolkit.spec.catalog import builtin_jobs, load_job
 from toolkit.cluster.render import (
     default_image_uri,
     job_requirements,
     prepare_submission,
     render_job_yaml,
 )
-from toolkit.run.output_location import output_location_warning
+from toolkit.cluster.upload import measure_upload, upload_size_warning
+from toolkit.errors import SpecError
+from toolkit.run.output.location import output_location_warning
+from toolkit.spec.jobs.catalog import builtin_jobs, load_job
 from toolkit.spec.loading import load_job_spec, read_spec_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from toolkit.spec.catalog import load_job
 from toolkit.run.pipeline import finish_batch, output_schema, prepare_row
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")

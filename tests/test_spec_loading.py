@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from toolkit.errors import SpecError
-from toolkit.spec.catalog import builtin_jobs, load_job
-from toolkit.spec.models import parse_row_count
+from toolkit.spec.jobs.catalog import builtin_jobs, load_job
 from toolkit.spec.loading import load_job_spec, spec_to_yaml
+from toolkit.spec.models import parse_row_count
 
 JOB = load_job("text-industry")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")

@@ -18,7 +18,7 @@ code meaning
 ==== =====================================================
 
 Tracebacks are shown only with ``TOOLKIT_DEBUG=1``. Messages never show a credential
-in a URL (:func:`toolkit.spec.redaction.redact`).
+in a URL (:func:`toolkit.redaction.redact`).
 
 These are plain exceptions, so the library works without click: only the CLI
 (:mod:`toolkit.cli.errors`) turns them into click's, with the same exit codes.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from toolkit.spec.redaction import redact
+from toolkit.redaction import redact
 
 
 def debug_enabled() -> bool:

@@ -103,7 +103,7 @@ def _wait_for_nodes(head: LocalHead, count: int, timeout_s: float = 120.0) -> No
     import json
     import urllib.request
 
-    from toolkit.run.ray_auth import auth_headers
+    from toolkit.run.ray.auth import auth_headers
 
     deadline = time.monotonic() + timeout_s
     while True:

@@ -36,14 +36,14 @@ from anyscale.client.openapi_client.models.ray_runtime_env_config import (
 from anyscale.job import JobSDK
 from click.testing import CliRunner
 
+from toolkit.cli.main import main
 from toolkit.cluster.backends.anyscale_backend import AnyscaleBackend, has_credentials
 from toolkit.cluster.backends.base import JobNotFoundError, JobStatus
-from toolkit.cli.main import main
-from toolkit.errors import BackendUnavailableError
-from toolkit.spec.catalog import load_job
 from toolkit.cluster.render import prepare_submission
-from toolkit.spec.loading import load_job_spec
 from toolkit.cluster.watching import Clock, follow
+from toolkit.errors import BackendUnavailableError
+from toolkit.spec.jobs.catalog import load_job
+from toolkit.spec.loading import load_job_spec
 
 
 @pytest.fixture

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from ray.core.generated import autoscaler_pb2 as pb
 
-from toolkit.cluster.backends.local_head import LocalHead
 from toolkit.cluster.backends.base import JobInfo, JobStatus
+from toolkit.cluster.backends.local_head import LocalHead
 from toolkit.cluster.job_progress import format_resources_line, waiting_for
 from toolkit.errors import ResourcesUnavailableError
-from toolkit.run.cluster_fit import (
+from toolkit.run.ray.cluster_fit import (
     ClusterState,
     ResourceWatch,
     WorkerRequest,
@@ -34,7 +34,7 @@ from toolkit.run.cluster_fit import (
     run_requests,
     shortfalls,
 )
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 TOOLKIT = str(Path(sys.executable).parent / "toolkit")
@@ -125,7 +125,7 @@ def test_a_running_stage_that_can_never_start_is_stopped_after_the_wait(tmp_path
         from toolkit.errors import ResourcesUnavailableError
         from toolkit.run.pipeline import run_pipeline
         from toolkit.samples.provider import SAMPLES
-        from toolkit.spec.catalog import load_job
+        from toolkit.spec.jobs.catalog import load_job
         from toolkit.spec.loading import load_job_spec
 
         ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")

@@ -35,8 +35,8 @@ from toolkit.cluster.job_log import (
 from toolkit.cluster.job_progress import RATE_WINDOW_S, ProgressWatcher, watch_job
 from toolkit.cluster.job_results import job_results
 from toolkit.cluster.watching import Clock, ctrl_c_noticed
-from toolkit.run.progress_model import Progress
-from toolkit.run.summary import RunSummary
+from toolkit.run.output.summary import RunSummary
+from toolkit.run.progress.model import Progress
 
 TOOLKIT = str(Path(sys.executable).parent / "toolkit")
 

@@ -31,11 +31,11 @@ from toolkit.cluster.job_progress import (
 )
 from toolkit.cluster.watching import Clock
 from toolkit.errors import JobStalledError
-from toolkit.run.progress_model import Progress
-from toolkit.run.progress_sources import OutputRows
-from toolkit.run.run_directory import RunDirectory
-from toolkit.run.summary import RunSummary
-from toolkit.spec.catalog import load_job
+from toolkit.run.output.run_directory import RunDirectory
+from toolkit.run.output.summary import RunSummary
+from toolkit.run.progress.model import Progress
+from toolkit.run.progress.sources import OutputRows
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 STARTED = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -183,9 +183,9 @@ def test_one_progress_model_from_a_run_directory_to_both_displays(tmp_path: Path
     """A local run and a watched job read the same run directory into the same
     Progress, with the row total from the same function; every display takes it."""
     import toolkit.cluster.job_progress as cluster_progress
-    from toolkit.run.progress import format_progress
-    from toolkit.run.progress_model import ProgressReporter
-    from toolkit.run.progress_sources import WrittenRows, expected_rows
+    from toolkit.run.progress.display import format_progress
+    from toolkit.run.progress.model import ProgressReporter
+    from toolkit.run.progress.sources import WrittenRows, expected_rows
 
     assert cluster_progress.Progress is Progress  # one class, from the run layer
     out = GrowingRunDirectory(tmp_path / "out")
@@ -214,7 +214,7 @@ def test_one_progress_model_from_a_run_directory_to_both_displays(tmp_path: Path
 def test_the_row_total_is_one_function_for_local_runs_and_watchers(tmp_path: Path) -> None:
     """expected_rows takes the spec or a manifest's JSON of it: a sample input's default
     (once known only to watchers) and a Parquet input's footers (once only to local runs)."""
-    from toolkit.run.progress_sources import expected_rows
+    from toolkit.run.progress.sources import expected_rows
     from toolkit.samples.provider import SAMPLES
 
     sample = GrowingRunDirectory(tmp_path / "sample", **{"data.rows": "all"})

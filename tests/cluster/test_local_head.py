@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from toolkit.cli.main import main
 from toolkit.cluster.backends.local_head import (
     LocalHead,
     dashboard_responds,
@@ -18,7 +19,6 @@ from toolkit.cluster.backends.local_head import (
     state_path,
     write_state,
 )
-from toolkit.cli.main import main
 
 
 def test_the_recorded_head_is_reused(ray_head: LocalHead) -> None:

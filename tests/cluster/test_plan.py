@@ -16,7 +16,7 @@ from toolkit.cli.main import main
 from toolkit.cluster.plan import PLACEHOLDER_VALUE, plan_job
 from toolkit.cluster.price_table import INSTANCE_PRICES
 from toolkit.cluster.throughput_table import parameters_from_name, size_class
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")

@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
+from toolkit.cli.main import main
 from toolkit.cluster.backends.base import JobStatus, SubmitRequest
 from toolkit.cluster.backends.local_head import LocalHead
 from toolkit.cluster.backends.ray_jobs import RayJobsBackend
-from toolkit.cli.main import main
 
 SECRET = "hf_test_secret_value_42"
 TOOLKIT = str(Path(sys.executable).parent / "toolkit")
@@ -172,7 +172,7 @@ def test_failed_job_exits_4(ray_head: LocalHead, tmp_path: Path) -> None:
                     "--output", str(output), "--address", "local", "--follow")
     assert result.exit_code == 4, result.output
     job_id = result.stdout.splitlines()[0]
-    # The job's own error (from toolkit.run.run_directory), streamed with its logs.
+    # The job's own error (from toolkit.run.output.run_directory), streamed with its logs.
     assert "1 file(s) this toolkit did not write (part-0.parquet)" in result.stdout
     assert (output / "part-0.parquet").read_bytes() == b"results of another tool"
     assert (f"Error: Job {job_id} FAILED: Job entrypoint command failed with exit code 2"

@@ -29,8 +29,8 @@ import pytest
 
 from toolkit.cluster.backends.local_head import LocalHead, pids_using, start_head, stop_head
 from toolkit.errors import BackendUnavailableError, SpecError
-from toolkit.run.output_location import output_location_warning
-from toolkit.run.ray_auth import (
+from toolkit.run.output.location import output_location_warning
+from toolkit.run.ray.auth import (
     TOKEN_HINT,
     auth_headers,
     driver_auth_env,
@@ -40,7 +40,7 @@ from toolkit.run.ray_auth import (
     read_auth_token,
     split_host_port,
 )
-from toolkit.run.ray_connection import connect_error, ray_target
+from toolkit.run.ray.connection import connect_error, ray_target
 
 TOOLKIT = str(Path(sys.executable).parent / "toolkit")
 #: Env vars of the caller that would change what the toolkit does with tokens.
@@ -158,7 +158,7 @@ def test_a_local_ray_retries_its_own_sockets_every_tenth_of_a_second() -> None:
     ray_tmp = Path(tempfile.mkdtemp(prefix="tkcfg-", dir="/tmp"))
     script = (
         "import json, ray\n"
-        "from toolkit.run.ray_connection import connect_ray, stop_local_ray\n"
+        "from toolkit.run.ray.connection import connect_ray, stop_local_ray\n"
         "connect_ray()\n"
         "print(json.dumps(ray._private.state.state.get_system_config()))\n"
         "stop_local_ray()\n"

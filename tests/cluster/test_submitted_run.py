@@ -17,7 +17,7 @@ import pytest
 
 from toolkit.cluster.backends.local_head import LocalHead
 from toolkit.cluster.upload import RAY_UPLOAD_LIMIT_BYTES
-from toolkit.run.ray_auth import auth_headers
+from toolkit.run.ray.auth import auth_headers
 
 ROWS = 300
 
@@ -97,7 +97,7 @@ def test_a_project_too_big_to_upload_is_refused_up_front_and_runs_once_fixed(pro
 def test_an_input_the_upload_leaves_out_is_refused_for_a_remote_cluster(project, tmp_path):
     from toolkit.cluster.render import prepare_submission
     from toolkit.errors import SpecError
-    from toolkit.spec.catalog import load_job
+    from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     (project / ".rayignore").write_text("recordings/\ncustomers.csv\n")

@@ -7,8 +7,8 @@ import pytest
 from watch_only_backend import WatchOnlyBackend
 
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
-from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
 from toolkit.cluster.watching import Clock, follow, raise_for_outcome
+from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
 
 
 class ScriptedBackend(WatchOnlyBackend):

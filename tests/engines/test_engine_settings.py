@@ -6,9 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli.main import main
-from toolkit.engines.transformers_engine import actor_pool
+from toolkit.engines.model_stage import actor_pool
 from toolkit.errors import SpecError
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec, spec_to_yaml
 
 JOB = load_job("text-industry")
@@ -83,7 +83,7 @@ def test_a_starved_vllm_engine_is_warned_about() -> None:
 
 
 def test_chat_template_kwargs_reach_the_transformers_template(tiny_chat_model) -> None:
-    from toolkit.engines.transformers_engine import TransformersChatEngine
+    from toolkit.engines.transformers.chat_engine import TransformersChatEngine
 
     # The tiny model's template ignores unknown variables, so the probe is a template
     # of our own that prints one.

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from toolkit.engines.http_engine import (
+from toolkit.engines.http.chat_stage import (
     EnvHeaderSession,
     PayloadBuilder,
     build_http_processor,
@@ -16,7 +16,7 @@ from toolkit.engines.http_engine import (
     read_response,
 )
 from toolkit.errors import SpecError
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -125,7 +125,7 @@ def test_submit_forwards_the_header_variables_by_name():
 
 
 def test_pacing_and_credentials_can_change_on_resume_but_the_server_cannot():
-    from toolkit.run.run_directory import results_fingerprint
+    from toolkit.run.output.run_directory import results_fingerprint
 
     job = load_job("text-industry")
     base = results_fingerprint(load_job_spec(job, sets=[*HTTP, "engine.qps=3"]))

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from toolkit.engines.transformers_engine import TransformersChatEngine, generate_texts
+from toolkit.engines.transformers.chat_engine import TransformersChatEngine, generate_texts
 
 CHOICES = ["Law Firm", "Healthcare", "Technology", "Retail", "Real Estate", "Other"]
 

@@ -11,16 +11,16 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from toolkit.engines.transformers_engine import generate_texts  # noqa: E402
-from toolkit.engines.transformers_vision_engine import (  # noqa: E402
+from toolkit.engines.transformers.chat_engine import generate_texts  # noqa: E402
+from toolkit.engines.transformers.vision_engine import (  # noqa: E402
     TransformersVisionEngine,
     apply_transformers_vision_engine,
     split_images,
 )
 from toolkit.engines.images import decode_image, image_to_data_url, resize_image  # noqa: E402
+from toolkit.engines.registry import validate_engine  # noqa: E402
 from toolkit.samples.images import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import build_tiny_vision_model  # noqa: E402
-from toolkit.spec.engine_kinds import validate_engine  # noqa: E402
 
 GREEDY = {"temperature": 0.0, "max_tokens": 8, "top_p": 1.0}
 
@@ -172,7 +172,7 @@ def test_split_images_normalises_parts_that_went_through_arrow(pictures):
 
 def test_importing_the_engine_module_does_not_load_torch():
     code = (
-        "import sys, toolkit.engines.transformers_vision_engine\n"
+        "import sys, toolkit.engines.transformers.vision_engine\n"
         "print(sorted({'torch', 'transformers', 'PIL', 'ray'} & set(sys.modules)))"
     )
     result = subprocess.run(

@@ -3,9 +3,9 @@ runs on GPU workers, so here we check what would be built, against a local model
 
 from __future__ import annotations
 
-from toolkit.engines.vllm_engine import build_vllm_processor
-from toolkit.spec.catalog import load_job
+from toolkit.engines.vllm.chat_stage import build_vllm_processor
 from toolkit.run.pipeline import engine_sampling_params
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import OutputInUseError
-from toolkit.run.run_directory import LOCK_FILE, RunDirectory
-from toolkit.run.writer_lock import STALE_AFTER_S, WriterLock
+from toolkit.run.output.run_directory import LOCK_FILE, RunDirectory
+from toolkit.run.output.writer_lock import STALE_AFTER_S, WriterLock
 
 
 def toolkit(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:

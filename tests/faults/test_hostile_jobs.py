@@ -190,7 +190,7 @@ def test_a_cell_longer_than_the_csv_readers_block_is_named(local_ray, tmp_path):
     (Through the library: the in-process Ray of the tests prints its workers' tracebacks,
     which ``toolkit run`` sends to the run's log file.)"""
     from toolkit.errors import InputDataError
-    from toolkit.run.input_data import input_schema, open_input
+    from toolkit.run.input.reading import input_schema, open_input
     from toolkit.spec.models import DataConfig
 
     path = tmp_path / "reviews.csv"
@@ -206,7 +206,7 @@ def test_a_cell_longer_than_the_csv_readers_block_is_named(local_ray, tmp_path):
 def test_every_builtin_job_loads_on_the_transformers_engine_without_a_note():
     """Built-in jobs carry vLLM tuning (date-reformat: enable_chunked_prefill,
     max_num_batched_tokens, gpu_memory_utilization): accepted, no warning."""
-    from toolkit.spec.catalog import builtin_jobs, load_job
+    from toolkit.spec.jobs.catalog import builtin_jobs, load_job
     from toolkit.spec.loading import load_job_spec
 
     for ref in builtin_jobs():
@@ -223,7 +223,7 @@ def test_the_vllm_argument_list_matches_vllm():
     arg_utils = pytest.importorskip("vllm.engine.arg_utils")
     import dataclasses
 
-    from toolkit.spec.engine_support import VLLM_ENGINE_ARGS
+    from toolkit.engines.vllm.engine_args import VLLM_ENGINE_ARGS
 
     fields = {f.name for f in dataclasses.fields(arg_utils.EngineArgs)
               if not f.name.startswith("_")}
@@ -234,7 +234,7 @@ def test_the_vllm_argument_list_matches_vllm():
 
 
 def options(user: str, **settings: Any):
-    from toolkit.spec.prompt_job import PromptJobSpec, prompt_options
+    from toolkit.spec.jobs.prompt_job import PromptJobSpec, prompt_options
 
     return prompt_options(PromptJobSpec.model_validate({
         "job": "review-check", "prompt": {"system": "Answer in one word.", "user": user},
@@ -270,7 +270,7 @@ RUNAWAY_TEMPLATES = [
 @pytest.mark.parametrize("template, expected", RUNAWAY_TEMPLATES,
                          ids=[t for t, _ in RUNAWAY_TEMPLATES])
 def test_a_runaway_template_fails_its_row_at_once(template, expected):
-    from toolkit.spec.prompt_job import preprocess
+    from toolkit.spec.jobs.prompt_job import preprocess
 
     started = time.monotonic()
     with pytest.raises(ValueError, match="^prompt.user: ") as raised:
@@ -280,7 +280,7 @@ def test_a_runaway_template_fails_its_row_at_once(template, expected):
 
 
 def test_the_prompt_cap_follows_max_model_len_or_the_option():
-    from toolkit.spec.prompt_job import preprocess
+    from toolkit.spec.jobs.prompt_job import preprocess
 
     derived = options("{{ review }}")
     assert (derived.max_prompt_chars, derived.max_prompt_chars_from) == (
@@ -300,7 +300,7 @@ def test_ordinary_templates_render_as_in_jinjas_own_sandbox():
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from toolkit.spec.prompt_job import preprocess
+    from toolkit.spec.jobs.prompt_job import preprocess
 
     template = ("{% macro item(x) %}[{{ x|upper }}]{% endmacro %}"
                 "{% for word in review.split() %}{{ item(word) }}{{ loop.index }}{% endfor %} "

@@ -217,8 +217,8 @@ def test_a_run_reads_with_the_credentials_and_writes_them_nowhere(guarded_csv, l
 def test_a_rotated_key_resumes_the_same_run(project):
     """The resume fingerprint is taken from the redacted spec: new credentials for the
     same data are the same spec."""
-    from toolkit.run.run_directory import results_fingerprint
-    from toolkit.spec.catalog import load_job
+    from toolkit.run.output.run_directory import results_fingerprint
+    from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     job = load_job("text-industry")
@@ -376,8 +376,8 @@ def test_a_job_file_in_a_subfolder_names_its_own_neighbour(project):
 SHARED_JOB = """
 from shared_models import Scorer  # the user's own import, from their installed code
 
-from toolkit.spec import predictor_job as predictor
 from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.jobs import predictor_job as predictor
 
 
 def preprocess(row, options):
@@ -392,7 +392,6 @@ JOB = JobDefinition(
     name="shared", description="Scores with a class from the user's own package.",
     spec_model=predictor.PredictorJobSpec, preprocess=preprocess, postprocess=postprocess,
     required_columns=lambda options: list(options.input_columns),
-    structured_output=lambda options: None,
     result_columns=lambda options: dict(options.output),
     defaults={"engine": {"kind": "python", "task": "custom", "model": "shared_models:Scorer",
                          "batch_size": 4, "accelerator_type": None},

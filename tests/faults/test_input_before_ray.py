@@ -134,8 +134,8 @@ def test_bad_input_is_refused_before_ray(case, flags, expected, tmp_path, monkey
 def test_a_repeated_id_beyond_the_rows_run_is_not_refused(tmp_path):
     """``--rows 3`` runs the file's first 3 rows (staged in file order): their ids are
     unique, so the 4th row repeating the 3rd's id is no reason to refuse the run."""
-    from toolkit.run.input_checks import check_input
-    from toolkit.spec.catalog import load_job
+    from toolkit.run.input.checks import check_input
+    from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     write_inputs(tmp_path)

@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import JobFailedError
-from toolkit.spec.catalog import load_job
 from toolkit.run.local_run import run_job
 from toolkit.run.pipeline import run_pipeline
 from toolkit.samples.provider import SAMPLES
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 ROWS = 2000

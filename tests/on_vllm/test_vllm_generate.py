@@ -18,7 +18,7 @@ from vllm_cli import read_rows, succeeded, toolkit_run
 
 from toolkit.samples.customers import customers_batch
 from toolkit.samples.tiny_model import build_tiny_chat_model
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 ROWS = 500

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from toolkit.run.report import REPORT_FILE
-from toolkit.run.report.report_data import error_kind, gather_report_data
-from toolkit.run.run_directory import RunDirectory
+from toolkit.run.output.report import REPORT_FILE
+from toolkit.run.output.report.report_data import error_kind, gather_report_data
+from toolkit.run.output.run_directory import RunDirectory
 
 
 def toolkit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -236,7 +236,7 @@ def test_a_report_of_a_run_on_an_object_store(dates_run):
         if path.is_file():
             memory.pipe(f"/bucket/out/{path.relative_to(dates_run[0])}", path.read_bytes())
     fs = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(memory))
-    from toolkit.run.report import write_report
+    from toolkit.run.output.report import write_report
 
     written = write_report(RunDirectory("/bucket/out", filesystem=fs))
     assert written == "/bucket/out/_report.html"
@@ -248,7 +248,7 @@ def test_without_matplotlib_the_report_has_its_figures_but_no_charts(dates_run, 
     """A cluster image without matplotlib still gets a report (and the run never fails)."""
     script = (
         "import sys; sys.modules['matplotlib'] = None\n"  # as if it weren't installed
-        "from toolkit.run.report import write_report\n"
+        "from toolkit.run.output.report import write_report\n"
         f"print(write_report({str(dates_run[0])!r}, 'page.html'))\n"
     )
     subprocess.run([sys.executable, "-c", script], cwd=tmp_path, check=True)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from toolkit.engines.transformers_engine import TransformersChatEngine, generate_texts
-from toolkit.run.run_directory import RunDirectory
-from toolkit.run.summary import RunSummary, accounting, summarize_output
-from toolkit.run.summary_text import format_summary
-from toolkit.spec.catalog import load_job
+from toolkit.engines.transformers.chat_engine import TransformersChatEngine, generate_texts
+from toolkit.run.output.run_directory import RunDirectory
+from toolkit.run.output.summary import RunSummary, accounting, summarize_output
+from toolkit.run.output.summary_text import format_summary
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")

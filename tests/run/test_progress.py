@@ -14,17 +14,17 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from toolkit.run.progress import (
+from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory, RunState
+from toolkit.run.progress.display import (
     LogWatcher,
     ProgressDisplay,
     format_progress,
     plain_interval,
     reporting,
 )
-from toolkit.run.progress_model import Progress, ProgressReporter, RowCounts, format_duration
-from toolkit.run.progress_sources import WrittenRows, expected_rows
-from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory, RunState
-from toolkit.spec.catalog import load_job
+from toolkit.run.progress.model import Progress, ProgressReporter, RowCounts, format_duration
+from toolkit.run.progress.sources import WrittenRows, expected_rows
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")

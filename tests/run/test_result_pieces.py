@@ -6,11 +6,11 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from toolkit.run.input.source import rows_per_piece
 from toolkit.run.pipeline import run_pipeline
-from toolkit.run.run_source import rows_per_piece
 from toolkit.samples.customers import customers_batch
 from toolkit.samples.provider import SAMPLES
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 

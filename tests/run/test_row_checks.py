@@ -7,16 +7,16 @@ import pyarrow as pa
 import pytest
 
 from toolkit.cluster.job_progress import format_progress_line, parse_progress_line
-from toolkit.engines.http_engine import read_response
+from toolkit.engines.http.chat_stage import read_response
 from toolkit.run.pipeline import finish_row
-from toolkit.run.progress import format_progress
-from toolkit.run.progress_model import Progress, RowCounts
-from toolkit.run.progress_sources import table_counts
+from toolkit.run.progress.display import format_progress
+from toolkit.run.progress.model import Progress, RowCounts
+from toolkit.run.progress.sources import table_counts
 from toolkit.run.row_checks import RowChecks
 from toolkit.run.stop_loss import judge_rows
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
+from toolkit.spec.jobs.prompt_job import PromptJobOptions, postprocess
 from toolkit.spec.loading import load_job_spec
-from toolkit.spec.prompt_job import PromptJobOptions, postprocess
 from toolkit.spec.quality import ChecksConfig
 
 CHOICES = ["Retail", "Real Estate", "Other"]

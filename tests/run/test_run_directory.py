@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import SpecError
-from toolkit.run.run_directory import (
+from toolkit.run.output.run_directory import (
     CHECKPOINT_DIR,
     SUMMARY_FILE,
     RunDirectory,
     RunState,
     results_fingerprint,
 )
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import InputDataError
-from toolkit.run.input_data import local_csv_schema
-from toolkit.run.run_directory import RunDirectory
-from toolkit.run.run_source import stage_input
-from toolkit.spec.catalog import load_job
+from toolkit.run.input.reading import local_csv_schema
+from toolkit.run.input.source import stage_input
+from toolkit.run.output.run_directory import RunDirectory
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 

@@ -11,8 +11,8 @@ transformers = pytest.importorskip("transformers")
 
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer  # noqa: E402
 
-from toolkit.samples import tiny_vision_model  # noqa: E402
 from toolkit.engines.images import decode_image  # noqa: E402
+from toolkit.samples import tiny_vision_model  # noqa: E402
 from toolkit.samples.images import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import (  # noqa: E402
     IMAGE_TOKENS_PER_IMAGE,

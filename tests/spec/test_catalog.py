@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from toolkit.errors import SpecError
-from toolkit.spec.catalog import builtin_jobs, find_job, list_jobs, load_job, project_jobs
+from toolkit.spec.jobs.catalog import builtin_jobs, find_job, list_jobs, load_job, project_jobs
+from toolkit.spec.jobs.scaffold import write_new_job
 from toolkit.spec.loading import load_job_spec
-from toolkit.spec.scaffold import write_new_job
 
 PROMPT_JOB = """\
 job: sentiment

@@ -13,13 +13,14 @@ from pydantic import Field
 
 from toolkit.cli.main import main
 from toolkit.cluster.render import job_requirements
+from toolkit.engines import registry
+from toolkit.engines.registry import EngineKind, engine_kind, engine_kinds
 from toolkit.errors import SpecError
+from toolkit.run.output.run_directory import results_fingerprint
 from toolkit.run.pipeline import run_pipeline
-from toolkit.run.run_directory import results_fingerprint
 from toolkit.samples.provider import SAMPLES
-from toolkit.spec import engine_kinds as registry
-from toolkit.spec.catalog import load_job
-from toolkit.spec.engine_kinds import EngineKind, EngineSettings, engine_kind, engine_kinds
+from toolkit.spec.engine_settings import EngineSettings
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 #: Each built-in job's resume fingerprint as computed before engine settings became one
@@ -135,7 +136,7 @@ def echo_kind() -> Iterator[EngineKind]:
         name="echo", settings=EchoSettings, tasks=("generate",), summary="echo (a test)",
         apply=apply_echo, loads_checkpoint=False))
     yield kind
-    del registry._KINDS["echo"]
+    registry.unregister_engine("echo")
 
 
 def test_a_new_engine_kind_runs_a_job_once_registered(echo_kind, local_ray, tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from toolkit.spec.prompt_job import (
+from toolkit.spec.jobs.prompt_job import (
     PromptJobSpec,
     postprocess,
     preprocess,

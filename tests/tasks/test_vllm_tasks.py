@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.engines.vllm_tasks import build_vllm_task_processor, vllm_task_outputs
+from toolkit.engines.vllm.task_stages import build_vllm_task_processor, vllm_task_outputs
 from toolkit.run.task_rows import prepare_task_row
-from toolkit.spec.catalog import load_job
+from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 from toolkit.spec.row_contract import TASK_CONTRACTS
 

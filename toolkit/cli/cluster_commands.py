@@ -92,7 +92,7 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
 
 class _ProgressDisplay:
     """What a follower prints: the job's lines on stdout; its own notes and the
-    progress line (:func:`~toolkit.run.progress.format_progress`, the line ``toolkit
+    progress line (:func:`~toolkit.run.progress.display.format_progress`, the line ``toolkit
     run`` shows) on stderr. On a terminal the progress line is redrawn in place
     below the rest, else printed as a line of its own each time it is reported."""
 
@@ -109,7 +109,7 @@ class _ProgressDisplay:
             click.echo(self.line, nl=False, err=True)
 
     def progress(self, progress: Any) -> None:
-        from toolkit.run.progress import format_progress
+        from toolkit.run.progress.display import format_progress
 
         if self.live:
             self._clear()
@@ -159,7 +159,7 @@ def _report_interval() -> float:
     """Seconds between progress lines while following without a terminal:
     ``$TOOLKIT_PROGRESS_INTERVAL`` (as for ``toolkit run``), else one a minute."""
     from toolkit.cluster.job_progress import REPORT_INTERVAL_S
-    from toolkit.run.progress import PLAIN_INTERVAL_ENV, plain_interval
+    from toolkit.run.progress.display import PLAIN_INTERVAL_ENV, plain_interval
 
     return plain_interval() if os.environ.get(PLAIN_INTERVAL_ENV) else REPORT_INTERVAL_S
 
@@ -341,7 +341,7 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     """
     from toolkit.cluster.backends.base import describe_secrets, secret_env
     from toolkit.cluster.render import check_no_url_credentials, prepare_submission
-    from toolkit.run.summary_text import SMOKE_WARNING
+    from toolkit.run.output.summary_text import SMOKE_WARNING
 
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     check_no_url_credentials(spec)  # before any cluster is contacted
@@ -411,7 +411,7 @@ def format_info(info: Any) -> str:
 def format_results(results: Any) -> str:
     """An ended job's report location and summary, below :func:`format_info` (whose
     ``output:`` line says where they are), or why there is no summary to show."""
-    from toolkit.run.summary_text import format_summary
+    from toolkit.run.output.summary_text import format_summary
 
     if results.summary is None:
         return f"  {'summary:':11} {results.summary_note or 'none'}"

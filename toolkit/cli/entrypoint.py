@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cluster.job_log import JobLogWriter
+from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError, ToolkitError, debug_enabled
-from toolkit.spec.engine_kinds import engine_kind
 
 #: Packages every run needs on the cluster, by import name -> pip name.
 RUNTIME_PACKAGES: dict[str, str] = {
@@ -63,7 +63,7 @@ def _report_progress(spec: Any, log: JobLogWriter) -> Callable[[], None]:
     can't read its output directly (``toolkit status``/``--follow`` parse it).
     Returns the function that stops it."""
     from toolkit.cluster.job_progress import report_progress
-    from toolkit.run.progress_sources import expected_rows
+    from toolkit.run.progress.sources import expected_rows
     from toolkit.samples.provider import SAMPLES
 
     return report_progress(spec.data.output,
@@ -98,11 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         log.phase("starting")
         check_packages()
-        from toolkit.run.cluster_fit import check_cluster_fits, cluster_state
+        from toolkit.run.output.summary_text import format_summary
         from toolkit.run.pipeline import run_pipeline
-        from toolkit.run.ray_connection import connect_ray
-        from toolkit.run.summary_text import format_summary
-        from toolkit.spec.catalog import load_job
+        from toolkit.run.ray.cluster_fit import check_cluster_fits, cluster_state
+        from toolkit.run.ray.connection import connect_ray
+        from toolkit.spec.jobs.catalog import load_job
         from toolkit.spec.loading import read_spec_file
 
         job = load_job(args.job)

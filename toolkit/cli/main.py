@@ -75,7 +75,7 @@ def main() -> None:
 @main.command("jobs")
 def jobs_command() -> None:
     """List the built-in jobs and the job files in this folder."""
-    from toolkit.spec.catalog import builtin_jobs, project_jobs
+    from toolkit.spec.jobs.catalog import builtin_jobs, project_jobs
 
     found = project_jobs()
     rows = [("built-in", job) for job in builtin_jobs()] + [("here", job) for job in found]
@@ -100,7 +100,7 @@ def new_command(name: str, as_python: bool) -> None:
       toolkit run review-sentiment --input reviews.csv --engine transformers \\
           --accelerator none --model Qwen/Qwen2.5-0.5B-Instruct
     """
-    from toolkit.spec.scaffold import write_new_job
+    from toolkit.spec.jobs.scaffold import write_new_job
 
     written = write_new_job(Path.cwd(), name, python=as_python)
     for path in written:
@@ -181,8 +181,8 @@ def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job
       toolkit retry out/text-industry --set sampling.max_tokens=16
       toolkit retry out/text-industry --only truncated --set sampling.max_tokens=32
     """
+    from toolkit.redaction import redact
     from toolkit.run.retry import holding, prepare_retry
-    from toolkit.spec.redaction import redact
 
     with holding(output):  # from the setup through the run: no other run writes here
         job_def, spec, plan = prepare_retry(output, sets, list(only) or None, job=job)
@@ -204,13 +204,13 @@ def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job
 def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str | None,
                        verbose: bool, dashboard: bool) -> None:
     """Run a loaded spec with the progress line, then print its summary."""
+    from toolkit.redaction import redact
     from toolkit.run.local_run import run_job
-    from toolkit.run.ray_output import default_log_file, terminal
-    from toolkit.run.progress import LIVE_INTERVAL_S, ProgressDisplay, plain_interval
-    from toolkit.run.ray_connection import RayConnection
-    from toolkit.run.summary_text import SMOKE_WARNING, format_summary
+    from toolkit.run.output.summary_text import SMOKE_WARNING, format_summary
+    from toolkit.run.progress.display import LIVE_INTERVAL_S, ProgressDisplay, plain_interval
+    from toolkit.run.ray.connection import RayConnection
+    from toolkit.run.ray.log_output import default_log_file, terminal
     from toolkit.samples.provider import SAMPLES
-    from toolkit.spec.redaction import redact
 
     log_file = None if verbose else default_log_file(spec)
     with terminal() as out:
@@ -266,7 +266,7 @@ def report_command(output: str, destination: Path | None) -> None:
       toolkit report out/date-reformat
       toolkit report s3://my-bucket/runs/industry -o industry.html
     """
-    from toolkit.run.report import write_report
+    from toolkit.run.output.report import write_report
 
     try:
         click.echo(write_report(output, destination))

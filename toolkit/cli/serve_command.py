@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from toolkit.spec.engine_kinds import engine_kinds
+from toolkit.engines.registry import engine_kinds
 
 
 @click.command("serve")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from toolkit.spec.engine_kinds import engine_kinds
+from toolkit.engines.registry import engine_kinds
 
 if TYPE_CHECKING:
     from toolkit.spec.job_definition import JobDefinition
@@ -70,7 +70,7 @@ def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str,
     Settings that are valid but costly (e.g. too few batches in flight to keep vLLM
     busy) are printed to stderr as warnings.
     """
-    from toolkit.spec.catalog import load_job
+    from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     job = load_job(job_name)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from toolkit.cluster.upload import Upload, mib
 from toolkit.errors import SpecError
-from toolkit.run.output_location import SHARED_STORAGE_PREFIXES, is_remote_path, output_location_warning
+from toolkit.run.output.location import SHARED_STORAGE_PREFIXES, is_remote_path, output_location_warning
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 
 #: Anyscale sets this on every cluster: the cloud's durable storage for a job's files.

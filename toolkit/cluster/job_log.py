@@ -32,8 +32,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
-from toolkit.run.progress import LOG_SIGNS
-from toolkit.run.progress_model import Progress, eta_seconds
+from toolkit.run.progress.display import LOG_SIGNS
+from toolkit.run.progress.model import Progress, eta_seconds
 
 #: Starts every line the toolkit prints into a job's log.
 MARKER = "[toolkit] "
@@ -198,7 +198,7 @@ class JobLogWriter:
             self.write("hint", hint, error=True)
 
     def summary(self, text: str) -> None:
-        """The run's summary (:func:`~toolkit.run.summary_text.format_summary`)."""
+        """The run's summary (:func:`~toolkit.run.output.summary_text.format_summary`)."""
         self.write("summary", text)
 
 
@@ -211,7 +211,7 @@ class LogFilter:
     :meth:`feed` takes each new chunk and returns the lines to show: warnings,
     errors and hints, what the run waits for, the summary, and (once each) a
     warning in our words for the Ray events a user must hear about
-    (:data:`~toolkit.run.progress.LOG_SIGNS`: a worker killed for memory, one that
+    (:data:`~toolkit.run.progress.display.LOG_SIGNS`: a worker killed for memory, one that
     died). Phase and progress lines are not shown but kept: :attr:`phase` and
     :attr:`progress` feed the follower's progress line. Everything else (Ray Data's
     operator blocks, worker output) is left out; the newest of those lines stay in

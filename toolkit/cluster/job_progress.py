@@ -1,13 +1,13 @@
 """How far a submitted job has got: rows written, rows/s, ETA, and stalls.
 
 A job's progress is the run layer's one model,
-:class:`~toolkit.run.progress_model.Progress`, read from what the job writes,
+:class:`~toolkit.run.progress.model.Progress`, read from what the job writes,
 never from Ray's internals:
 
 - **the run directory** (``JobInfo.output``, recorded at submit), through
-  :class:`~toolkit.run.progress_sources.OutputRows`: rows done are the rows in the
+  :class:`~toolkit.run.progress.sources.OutputRows`: rows done are the rows in the
   toolkit's result files so far, and rows total comes from the manifest's spec
-  (:func:`~toolkit.run.progress_sources.expected_rows`, the same function a local
+  (:func:`~toolkit.run.progress.sources.expected_rows`, the same function a local
   run uses; for a ``sample:`` input without rows, the provider's default);
 - **the job's log**, when the run directory can't be read from here (a relative
   path on a remote cluster, a bucket without credentials): the cluster
@@ -49,7 +49,7 @@ from toolkit.cluster.job_log import (  # noqa: F401 - callers import the line fo
 )
 from toolkit.cluster.watching import DEFAULT_TIMEOUT_S, REAL_CLOCK, Clock, follow
 from toolkit.errors import JobStalledError
-from toolkit.run.progress_model import (
+from toolkit.run.progress.model import (
     Progress,
     ProgressReporter,
     RateWindow,
@@ -58,10 +58,10 @@ from toolkit.run.progress_model import (
     polling,
     rows_per_second,
 )
-from toolkit.run.progress_sources import OutputRows, WrittenRows
+from toolkit.run.progress.sources import OutputRows, WrittenRows
 
 if TYPE_CHECKING:
-    from toolkit.run.summary import RunSummary
+    from toolkit.run.output.summary import RunSummary
 
 #: ``--stall-timeout`` default: no new row for this long is worth a warning.
 DEFAULT_STALL_TIMEOUT_S = 30 * 60.0
@@ -106,7 +106,7 @@ def report_progress(output: str, rows_total: int | None | Callable[[], int | Non
 
     Args:
         rows_total: Rows expected, or a function computing it in the thread
-            (:func:`~toolkit.run.progress_sources.expected_rows`).
+            (:func:`~toolkit.run.progress.sources.expected_rows`).
         emit: Prints a :func:`format_progress_line` (default: to stdout, marked).
         phase: What the run does now; its lines carry it until the first row comes.
 

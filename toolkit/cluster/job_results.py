@@ -19,8 +19,8 @@ from typing import Any
 
 from toolkit.cluster.backends.base import JobInfo, JobStatus
 from toolkit.cluster.job_progress import readable_from_here
-from toolkit.run.summary import RunSummary, read_summary
-from toolkit.spec.redaction import redact
+from toolkit.redaction import redact
+from toolkit.run.output.summary import RunSummary, read_summary
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,10 @@ from typing import Any
 from toolkit.cluster.compute_table import worker_instance_type
 from toolkit.cluster.price_table import PRICES_AS_OF, instance_price
 from toolkit.cluster.throughput_table import tokens_per_second_per_gpu
+from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
-from toolkit.run.progress_model import format_duration
-from toolkit.spec.engine_kinds import EngineSettings, engine_kind
+from toolkit.run.progress.model import format_duration
+from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import MAIN_STAGE, SAMPLE_PREFIX, DataConfig, JobSpec
 from toolkit.spec.row_contract import TASK_CONTRACTS
@@ -341,7 +342,7 @@ def _local_file(data: DataConfig) -> tuple[Path, str] | None:
     path = Path(data.input).expanduser()
     if not path.is_file():
         return None
-    from toolkit.run.input_data import input_format
+    from toolkit.run.input.reading import input_format
 
     try:
         return path, input_format(data)
@@ -587,8 +588,8 @@ def plan_output_tokens(job: JobDefinition[Any], spec: JobSpec, tokenizer: Any | 
 
 
 def _pilot(from_run: str) -> tuple[Any, dict[str, Any]]:
-    from toolkit.run.run_directory import RunDirectory
-    from toolkit.run.summary import read_summary
+    from toolkit.run.output.run_directory import RunDirectory
+    from toolkit.run.output.summary import read_summary
 
     try:
         summary = read_summary(from_run)

@@ -46,12 +46,12 @@ from toolkit.cluster.upload import (
     rayignore_lines,
     upload_size_warning,
 )
+from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
-from toolkit.run.run_directory import results_fingerprint
-from toolkit.spec.engine_kinds import engine_kind
+from toolkit.redaction import redact
+from toolkit.run.output.run_directory import results_fingerprint
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
-from toolkit.spec.redaction import redact
 
 #: Left out of every upload: credentials, VCS data, environments, caches, build and
 #: run outputs. Ray matches them as .gitignore lines (a name matches at any depth).

@@ -27,10 +27,10 @@ from typing import Any
 
 import yaml
 
-from toolkit.spec.catalog import USER_MODULE_PREFIX, package_dir
 from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.jobs.catalog import USER_MODULE_PREFIX, package_dir
+from toolkit.spec.jobs.prompt_job import PromptJobSpec
 from toolkit.spec.models import JobSpec
-from toolkit.spec.prompt_job import PromptJobSpec
 
 STAGING_DIR = Path(".toolkit")
 SPECS_DIR = STAGING_DIR / "specs"

@@ -1,18 +1,21 @@
-"""Model stages: each engine kind (``toolkit/engines/kinds/``) applies its own to a
-dataset. Which one runs is configuration (``engine.kind``), not code: the pipeline
-asks the registry (:mod:`toolkit.spec.engine_kinds`) and calls :func:`apply_engine`."""
+"""Model stages: each engine kind (one package, ``toolkit/engines/<kind>/``) applies
+its own to a dataset. Which one runs is configuration (``engine.kind``), not code: the
+pipeline asks the registry (:mod:`toolkit.engines.registry`) and calls
+:func:`apply_engine`. Beside the kinds live what several share: the actor-pool model
+stage (:mod:`~toolkit.engines.model_stage`), where a model comes from
+(:mod:`~toolkit.engines.model_source`), image decoding and the torch checks."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolkit.spec.engine_kinds import engine_kind
+from toolkit.engines.registry import engine_kind
 
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.spec.engine_kinds import EngineSettings
+    from toolkit.spec.engine_settings import EngineSettings
     from toolkit.spec.sample_sources import SampleProvider
 
 

@@ -96,10 +96,18 @@ def torch_device(use_gpu: bool, num_threads: int) -> str:
     return "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
 
 
+def actor_pool(min_size: int, max_size: int) -> Any:
+    """A fixed pool when ``min_size == max_size`` (``engine.concurrency: 4``), else an
+    autoscaling one (``engine.concurrency: [1, 4]``), as the vLLM engine's."""
+    from ray.data import ActorPoolStrategy
+
+    if min_size == max_size:
+        return ActorPoolStrategy(size=max_size)
+    return ActorPoolStrategy(min_size=min_size, max_size=max_size)
+
+
 def stage_resources(engine: Any) -> dict[str, Any]:
     """The ``map_batches`` resource arguments every actor-pool model stage takes."""
-    from toolkit.engines.transformers_engine import actor_pool
-
     use_gpu = engine.accelerator_type is not None
     return {
         "batch_size": engine.batch_size,

@@ -8,21 +8,21 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from toolkit.engines.registry import engine_kind
 from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
-from toolkit.spec.engine_kinds import engine_kind
+from toolkit.run.output.summary import RunSummary
+from toolkit.run.progress.display import LIVE_INTERVAL_S, LogWatcher, reporting
+from toolkit.run.progress.model import Progress, ProgressReporter
+from toolkit.run.progress.sources import WrittenRows, expected_rows
+from toolkit.run.ray.cluster_fit import READ_WRITE_CPUS, check_cluster_fits, cluster_state
+from toolkit.run.ray.log_output import output_to, ray_data_quiet
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.run.cluster_fit import READ_WRITE_CPUS, check_cluster_fits, cluster_state
-from toolkit.run.ray_output import output_to, ray_data_quiet
-from toolkit.run.progress import LIVE_INTERVAL_S, LogWatcher, reporting
-from toolkit.run.progress_model import Progress, ProgressReporter
-from toolkit.run.progress_sources import WrittenRows, expected_rows
-from toolkit.run.summary import RunSummary
 from toolkit.spec.models import JobSpec
 from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
     from toolkit.run.preflight import PreparedRun
-    from toolkit.run.ray_connection import RayConnection
+    from toolkit.run.ray.connection import RayConnection
 
 
 def run_job(
@@ -48,27 +48,27 @@ def run_job(
             the cluster's nodes see it, so a caller can show them during the run.
         samples: Serves ``sample:`` inputs and models (the CLI's ``--smoke``).
         log_file: Send Ray's and the engine's output here (appended; e.g.
-            :func:`~toolkit.run.ray_output.default_log_file`) instead of this process's stdout/stderr, and
+            :func:`~toolkit.run.ray.log_output.default_log_file`) instead of this process's stdout/stderr, and
             switch off Ray Data's progress bars. During the run anything written to
-            fds 1 and 2 lands there: write to a :func:`~toolkit.run.ray_output.terminal`
+            fds 1 and 2 lands there: write to a :func:`~toolkit.run.ray.log_output.terminal`
             stream instead. A
             Ray started here is shut down at the end, so its exit lines go there too.
-        on_progress: Called with the run's :class:`~toolkit.run.progress_model.Progress`
+        on_progress: Called with the run's :class:`~toolkit.run.progress.model.Progress`
             every ``progress_interval_s`` and once when it finished, from a
             background thread.
         on_notice: Called (from that thread) with what a user must know that Ray
             only wrote to ``log_file``: a worker out of memory, a worker that died.
         dashboard: Start the Ray Dashboard with a Ray started here (see
-            :func:`~toolkit.run.ray_connection.connect_ray`).
+            :func:`~toolkit.run.ray.connection.connect_ray`).
 
     Raises:
         ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
             can't be joined (exit 3) or the run failed (exit 4), with the
             underlying cause in one paragraph.
     """
+    from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory
     from toolkit.run.preflight import preflight
-    from toolkit.run.ray_connection import ray_target
-    from toolkit.run.run_directory import RUN_LOG_FILE, RunDirectory
+    from toolkit.run.ray.connection import ray_target
 
     target = ray_target(address, os.environ)
     if target is not None and target.startswith("ray://"):
@@ -108,9 +108,9 @@ def _run_on_ray(
     dashboard: bool,
 ) -> RunSummary:
     """:func:`run_job` once its folder is held: Ray, then the pipeline."""
+    from toolkit.run.output.run_directory import RunState
     from toolkit.run.pipeline import run_pipeline
-    from toolkit.run.ray_connection import connect_ray, stop_local_ray
-    from toolkit.run.run_directory import RunState
+    from toolkit.run.ray.connection import connect_ray, stop_local_ray
 
     run_dir, state = prepared.run_dir, prepared.state
     # Progress from the first second: until rows come, the line says what the run does.
@@ -167,7 +167,7 @@ def _run_on_ray(
 def check_runs_locally(spec: JobSpec) -> None:
     """Refuse, up front, an engine whose packages a Ray started on this machine lacks
     (its workers run this Python). Resources are checked for every cluster
-    (:func:`~toolkit.run.cluster_fit.check_cluster_fits`).
+    (:func:`~toolkit.run.ray.cluster_fit.check_cluster_fits`).
 
     Raises:
         SpecError: an engine's package is missing, or torchvision can't be imported.

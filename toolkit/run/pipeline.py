@@ -17,32 +17,33 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import StageInputs, apply_engine
-from toolkit.run.cluster_fit import watching_resources
-from toolkit.run.input_checks import check_written_columns
-from toolkit.run.input_data import check_required_columns
+from toolkit.redaction import redact
+from toolkit.run.input.checks import check_written_columns
+from toolkit.run.input.formats import run_format
+from toolkit.run.input.reading import check_required_columns
+from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.model_stages import (
     between_stages_schema,
     prepare_stage_rows,
 )
-from toolkit.run.preflight import PreparedRun, preflight
-from toolkit.run.report import write_report
-from toolkit.run.run_directory import RunDirectory, RunState
-from toolkit.run.run_formats import run_format
-from toolkit.run.progress_sources import WrittenRows
-from toolkit.run.run_stop import StopOutcome, stopping_when
-from toolkit.run.stop_loss import STOP_LOSS_INTERVAL_S, StopLossWatch
-from toolkit.run.run_source import RunSource, checkpoint_config, checkpointing, open_run_source
-from toolkit.run.row_checks import RowChecks, row_checks
-from toolkit.run.task_rows import prepare_task_row
-from toolkit.run.summary import (
+from toolkit.run.output.report import write_report
+from toolkit.run.output.run_directory import RunDirectory, RunState
+from toolkit.run.output.summary import (
     TOKEN_COLUMNS,
     RunSummary,
     attempt_summaries,
     read_summary,
     summarize_output,
 )
-from toolkit.spec.catalog import USER_MODULE_PREFIX
+from toolkit.run.preflight import PreparedRun, preflight
+from toolkit.run.progress.sources import WrittenRows
+from toolkit.run.ray.cluster_fit import watching_resources
+from toolkit.run.row_checks import RowChecks, row_checks
+from toolkit.run.run_stop import StopOutcome, stopping_when
+from toolkit.run.stop_loss import STOP_LOSS_INTERVAL_S, StopLossWatch
+from toolkit.run.task_rows import prepare_task_row
 from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.jobs.catalog import USER_MODULE_PREFIX
 from toolkit.spec.models import JobSpec, SamplingConfig
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
@@ -58,7 +59,6 @@ from toolkit.spec.row_contract import (
     plain,
     row_error,
 )
-from toolkit.spec.redaction import redact
 from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:

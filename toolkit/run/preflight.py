@@ -17,15 +17,15 @@ from typing import Any
 
 from toolkit.engines import preflight_engine
 from toolkit.engines.model_source import check_model_source
+from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
-from toolkit.run.input_checks import check_input, check_written_columns
-from toolkit.run.input_data import HF_PREFIX
+from toolkit.run.input.checks import check_input, check_written_columns
+from toolkit.run.input.formats import run_format
+from toolkit.run.input.reading import HF_PREFIX
 from toolkit.run.model_stages import clashing_result_columns
+from toolkit.run.output.run_directory import LOCK_FILE, RunDirectory, RunState
+from toolkit.run.output.writer_lock import WriterLock
 from toolkit.run.row_checks import custom_check_file
-from toolkit.run.run_directory import LOCK_FILE, RunDirectory, RunState
-from toolkit.run.run_formats import run_format
-from toolkit.run.writer_lock import WriterLock
-from toolkit.spec.engine_kinds import engine_kind
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 from toolkit.spec.sample_sources import SampleProvider

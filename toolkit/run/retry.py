@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import SpecError
-from toolkit.run.run_directory import (
+from toolkit.redaction import redact
+from toolkit.run.output.run_directory import (
     CHECKPOINT_DIR,
     RESULT_FILE_PREFIX,
     SUMMARY_FILE,
@@ -52,10 +53,9 @@ from toolkit.run.run_directory import (
     changed_fields,
     results_fingerprint,
 )
-from toolkit.run.writer_lock import WriterLock
+from toolkit.run.output.writer_lock import WriterLock
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
-from toolkit.spec.redaction import redact
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN
 
 if TYPE_CHECKING:
@@ -321,14 +321,14 @@ def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | N
     Args:
         job: The job as ``toolkit run`` names it (a built-in, a job file); default:
             the one the manifest names, found by that name (see
-            :func:`~toolkit.spec.catalog.find_job_named`).
+            :func:`~toolkit.spec.jobs.catalog.find_job_named`).
 
     Raises:
         SpecError: no toolkit run in ``output``, or a folder that is not the toolkit's
             as it stands; its job can't be found from here, or ``job`` is another
             job; a ``--set`` or ``--only`` that doesn't fit it.
     """
-    from toolkit.spec.catalog import find_job_named, load_job
+    from toolkit.spec.jobs.catalog import find_job_named, load_job
 
     run_dir, manifest = read_manifest_of(output)
     name = manifest.spec.get("job")

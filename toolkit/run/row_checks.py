@@ -123,7 +123,7 @@ def custom_check_file(spec: "JobSpec", job: "JobDefinition[Any]") -> "Path | Non
         return None
     from pathlib import Path
 
-    from toolkit.spec.user_classes import check_user_function
+    from toolkit.spec.jobs.user_classes import check_user_function
 
     base = job.source_dir or Path.cwd()
     return check_user_function(spec.checks.custom, "checks.custom", base=base,
@@ -137,7 +137,7 @@ def row_checks(spec: "JobSpec", job: "JobDefinition[Any]") -> RowChecks:
     if path is not None:
         from ray import cloudpickle
 
-        from toolkit.spec.catalog import import_job_file
+        from toolkit.spec.jobs.catalog import import_job_file
 
         module = import_job_file(path)
         custom = getattr(module, spec.checks.custom_name or "")

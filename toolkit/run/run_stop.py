@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from toolkit.errors import ToolkitError
-from toolkit.run.progress_model import polling
+from toolkit.run.progress.model import polling
 
 
 @dataclass

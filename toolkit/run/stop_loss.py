@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from toolkit.errors import StopLossError
-from toolkit.run.progress_model import RowCounts, checks_text, row_counts
+from toolkit.redaction import redact
+from toolkit.run.progress.model import RowCounts, checks_text, row_counts
 from toolkit.spec.models import JobSpec
 from toolkit.spec.quality import BUILTIN_CHECKS
-from toolkit.spec.redaction import redact
 
 #: Seconds between looks at the rows written (a listing of the output, and the
 #: footers of files new since the last look).

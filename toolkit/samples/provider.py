@@ -44,7 +44,7 @@ class BuiltinSamples:
             return ray.data.read_datasource(CustomersDatasource(rows, seed),
                                             override_num_blocks=blocks)
         if name == "images":
-            from toolkit.run.input_data import read_image_folder
+            from toolkit.run.input.reading import read_image_folder
 
             return read_image_folder(str(sample_images_folder(rows or DEFAULT_SAMPLE_IMAGES, seed)))
         if name in ("reviews", "accounts"):

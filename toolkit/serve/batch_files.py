@@ -1,11 +1,11 @@
 """A batch's run directory as the Batches API shows it: request counts, output and error files.
 
 While the run goes, the counts are the rows its result files hold (the same figures
-``toolkit run``'s progress line shows: :class:`~toolkit.run.progress_sources.OutputRows`).
+``toolkit run``'s progress line shows: :class:`~toolkit.run.progress.sources.OutputRows`).
 When it ends, however it ends (completed, or cancelled part-way), the rows written
 become the batch's two files, as OpenAI splits them: answered requests in the output
 file, requests that failed (malformed lines included, each naming its line) in the
-error file. Both are Batch API output lines (:mod:`toolkit.spec.openai_batch`); a
+error file. Both are Batch API output lines (:mod:`toolkit.run.input.openai_batch`); a
 malformed line without a usable ``custom_id`` has ``custom_id: null`` there, as in
 OpenAI's error files (a made-up ``line-1`` could be a request's own id), and an
 error's message shows no path on the server (:mod:`.server_paths`).
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from toolkit.run.openai_batch import batch_output_lines
-from toolkit.run.progress_sources import OutputRows
-from toolkit.run.run_directory import RunDirectory
+from toolkit.run.input.openai_batch import batch_output_lines
+from toolkit.run.output.run_directory import RunDirectory
+from toolkit.run.progress.sources import OutputRows
 from toolkit.serve.openai_objects import BatchUsage, FileObject, RequestCounts
 from toolkit.serve.server_paths import without_server_paths
 from toolkit.serve.store import Store

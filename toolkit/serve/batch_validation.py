@@ -4,7 +4,7 @@ Two things fail a whole batch (a request's own faults fail only that request, in
 error file): more requests than :data:`~toolkit.serve.limits.MAX_REQUESTS`, and a
 ``custom_id`` used twice (results are matched to requests by it, and a run resumes by
 it). Each repeat is an error of its own naming its line, as OpenAI lists them. The
-checks are the run's own (:class:`~toolkit.run.openai_batch.CustomIds`), so a batch
+checks are the run's own (:class:`~toolkit.run.input.openai_batch.CustomIds`), so a batch
 that passes here is never refused by its run.
 
 The file is read once, a line at a time, on the API's thread that creates the batch
@@ -18,10 +18,16 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from toolkit.run.openai_batch import CustomIds, request_lines, shown_custom_id
+from toolkit.run.input.openai_batch import (
+    ID_COLUMN,
+    CustomIds,
+    parse_request_line,
+    request_lines,
+    shown_custom_id,
+    unnamed_row_id,
+)
 from toolkit.serve.limits import MAX_REQUESTS
 from toolkit.serve.openai_objects import BatchError
-from toolkit.spec.openai_batch import ID_COLUMN, parse_request_line, unnamed_row_id
 
 #: Duplicate custom_ids listed one by one at most: a file of 50,000 copies of one line
 #: must not make a batch object of 50,000 errors (the last error counts the rest).

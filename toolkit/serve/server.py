@@ -43,7 +43,7 @@ def batch_model(flags: RunFlags) -> str:
     Raises:
         ToolkitError: a flag or spec file that ``toolkit run`` would refuse.
     """
-    from toolkit.spec.catalog import load_job
+    from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     overrides = {path: value for path, value in (

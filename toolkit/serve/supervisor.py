@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from toolkit.errors import InputDataError
-from toolkit.run.progress_sources import OutputRows
+from toolkit.run.progress.sources import OutputRows
 from toolkit.serve import batch_runs
 from toolkit.serve.api_errors import BadRequest, Conflict, NotFound, shown_id
 from toolkit.serve.batch_files import live_counts, write_batch_files

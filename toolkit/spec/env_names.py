@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from toolkit.spec.redaction import preview
+from toolkit.redaction import preview
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: How common API keys and tokens begin (OpenAI, Stripe, Hugging Face, GitHub, GitLab,

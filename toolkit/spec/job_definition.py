@@ -3,7 +3,7 @@
 A job turns one input row into chat messages (``preprocess``) and one generated
 answer back into result columns (``postprocess``); the pipeline does the rest
 (reading, the engine, error rows, resume, writing, the summary). Where jobs come
-from (the built-ins, a user's YAML or Python file) is :mod:`toolkit.spec.catalog`.
+from (the built-ins, a user's YAML or Python file) is :mod:`toolkit.spec.jobs.catalog`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar
 
 from toolkit.spec.models import MAIN_STAGE, JobSpec, StrictModel
-from toolkit.spec.stages import StageDefinition
+from toolkit.spec.stages import StageDefinition, no_constraint
 
 OptionsT = TypeVar("OptionsT")
 
@@ -48,7 +48,7 @@ class JobDefinition(Generic[OptionsT]):
             ``data.id_column``; checked before any model loads.
         structured_output: ``options -> constraint`` in vLLM's structured-outputs
             form (``{"choice": [...]}``, ``{"regex": ...}``, ``{"json": schema}``) or
-            ``None``; both engines honour it.
+            ``None`` (the default: free text); both engines honour it.
         result_columns: ``options -> {column: Arrow type alias}`` of what
             postprocess returns; null on error rows, the same type in every file.
         defaults: The spec's first layer (``data``, ``engine``, ``sampling``, ...),
@@ -67,7 +67,7 @@ class JobDefinition(Generic[OptionsT]):
         source_dir: The folder of the user's job file (None for a built-in or a
             module): the classes a spec names for ``engine.kind: python`` may come
             from code in it, as from the folder the command runs from (see
-            :mod:`toolkit.spec.user_classes`).
+            :mod:`toolkit.spec.jobs.user_classes`).
     """
 
     name: str
@@ -76,8 +76,8 @@ class JobDefinition(Generic[OptionsT]):
     preprocess: Callable[[dict[str, Any], OptionsT], dict[str, Any]]
     postprocess: Callable[[dict[str, Any], OptionsT], dict[str, Any]]
     required_columns: Callable[[OptionsT], list[str]]
-    structured_output: Callable[[OptionsT], dict[str, Any] | None]
     result_columns: Callable[[OptionsT], dict[str, str]]
+    structured_output: Callable[[OptionsT], dict[str, Any] | None] = no_constraint
     defaults: Mapping[str, Any] = field(default_factory=dict)
     smoke_overrides: Mapping[str, Any] = field(default_factory=dict)
     drop_columns: Callable[[OptionsT], list[str]] | None = None

@@ -16,12 +16,12 @@ import yaml
 from pydantic import ValidationError
 
 from toolkit.errors import SpecError
+from toolkit.redaction import redact
 from toolkit.spec.bounded_yaml import YamlTooLarge, load_bounded
+from toolkit.spec.engine_settings import other_kinds_settings
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 from toolkit.spec.quality import StopLossConfig
-from toolkit.spec.engine_kinds import other_kinds_settings
-from toolkit.spec.redaction import redact
 from toolkit.spec.stages import stage_section_problems
 
 # The toolkit's defaults under every job file: a user's YAML job need only say
@@ -217,7 +217,7 @@ def check_user_classes(job: JobDefinition[Any], spec: JobSpec) -> None:
     """
     import sys
 
-    from toolkit.spec.user_classes import check_user_class
+    from toolkit.spec.jobs.user_classes import check_user_class
 
     module = sys.modules.get(job.preprocess.__module__)
     if module is not None and module.__name__.startswith("toolkit."):
@@ -312,14 +312,6 @@ def spec_to_yaml(spec: JobSpec) -> str:
         ordered["options"] = dumped["options"]
     ordered.update({k: dumped[k] for k in shared if k != "options" and k in dumped})
     return yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=100)
-
-
-def write_spec_json(spec: JobSpec, path: Path) -> Path:
-    """Serialise a spec for ``python -m jobs.<job> --spec FILE``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(spec.model_dump_json(indent=2), encoding="utf-8")
-    return path
 
 
 def read_spec_file(job: JobDefinition[Any], path: Path) -> JobSpec:

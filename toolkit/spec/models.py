@@ -16,11 +16,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, SerializeAsAny, field_validator
 
-from toolkit.spec.engine_kinds import EngineSettings
-from toolkit.spec.engine_support import regex_problem
-from toolkit.spec.job_names import job_name_problem
+from toolkit.spec.engine_settings import EngineSettings
+from toolkit.spec.jobs.job_names import job_name_problem
 from toolkit.spec.quality import ChecksConfig, StopLossConfig
 from toolkit.spec.strict_model import StrictModel
+from toolkit.spec.structured_regex import regex_problem
 
 SAMPLE_PREFIX = "sample:"
 #: The name of a job's main (last) model stage, whose section is ``engine``.
@@ -289,7 +289,3 @@ class JobSpec(StrictModel):
     @property
     def uses_sample_model(self) -> bool:
         return self.engine.model.startswith(SAMPLE_PREFIX)
-
-    @property
-    def uses_sample_input(self) -> bool:
-        return self.data.input.startswith(SAMPLE_PREFIX)

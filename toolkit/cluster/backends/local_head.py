@@ -31,7 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from toolkit.errors import BackendUnavailableError
-from toolkit.run.ray_connection import local_logical_cpus
+from toolkit.run.ray.connection import local_logical_cpus
 
 STATE_FILE_NAME = "local-head.json"
 START_TIMEOUT_S = 90.0

@@ -10,7 +10,7 @@ Token auth (on by default in Ray 2.60): the client sends the token from
 ``RAY_AUTH_MODE=token`` is set or the cluster is on this machine (which shares
 that token file). It is never sent to other hosts unless you set RAY_AUTH_MODE.
 The driver of ``toolkit run`` follows the same rule: both use
-:mod:`toolkit.run.ray_auth`.
+:mod:`toolkit.run.ray.auth`.
 
 Example:
     >>> backend = RayJobsBackend.connect("local")  # doctest: +SKIP
@@ -37,7 +37,7 @@ from toolkit.cluster.backends.base import (
     SubmitRequest,
 )
 from toolkit.errors import BackendUnavailableError, ToolkitError
-from toolkit.run.ray_auth import (
+from toolkit.run.ray.auth import (
     CONNECT_TIMEOUT_S,
     TOKEN_HINT,
     auth_headers,

@@ -1,0 +1,28 @@
+"""engine.kind echo: answers every chat row with ``engine.answer`` (a plugin's example)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from toolkit.engines.registry import EngineKind
+from toolkit.spec.engine_settings import EngineSettings
+
+
+class EchoSettings(EngineSettings):
+    answer: str = Field("Other", description="What every row is answered.")
+
+
+def apply_echo(ds, settings, stage):
+    """The same rows out, with ``generated_text`` for each that reached the engine."""
+    answer = settings.answer
+
+    def echo(batch):
+        batch["generated_text"] = [None if error else answer for error in batch["error"]]
+        return batch
+
+    return ds.map_batches(echo, batch_format="pandas", batch_size=settings.batch_size)
+
+
+KIND = EngineKind(name="echo", settings=EchoSettings, tasks=("generate",),
+                  summary="echo (answers every row the same)", apply=apply_echo,
+                  loads_checkpoint=False)

@@ -1,0 +1,4 @@
+"""engine.kind sklearn: a scikit-learn-compatible model file (task tabular).
+
+``settings``, ``kind`` (its registration), ``tabular_stage`` (the predictions).
+"""

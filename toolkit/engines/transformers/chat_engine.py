@@ -1,0 +1,554 @@
+"""The transformers engine: a Ray Data actor pool over Hugging Face ``generate``.
+
+Same row contract as Ray Data LLM's vLLM processor: ``messages`` and
+``sampling_params`` in, ``generated_text`` out, other columns carried through. It
+exists for CPUs and small GPUs, where vLLM doesn't run.
+
+Why it is fast (``bench/engine_throughput.py`` measures each point alone):
+- the model loads once per actor (class UDF), never per batch;
+- a whole Ray batch is one padded ``generate`` call with a KV cache, rather
+  than the row-at-a-time ``pipeline("text-generation")`` pattern;
+- the prompt head every row shares (system prompt, chat template) is computed
+  once per actor and its key/value cache reused by every batch
+  (:mod:`toolkit.engines.transformers.prompt_prefix`; ``engine_kwargs.enable_prefix_caching:
+  false`` turns it off, as on vLLM);
+- at temperature 0 an identical prompt is answered once per actor, and rows
+  that already failed never reach the model;
+- structured outputs (``choice``/``regex``/``json``/``grammar``, vLLM's names) go
+  through xgrammar, the library vLLM itself uses, as a token mask at each step,
+  so a constrained answer needs only as many decode steps as its tokens and is
+  always valid; grammars are compiled once per actor and cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from toolkit.engines.model_stage import actor_pool
+from toolkit.engines.transformers.prompt_prefix import PrefixCache
+from toolkit.spec.row_contract import (
+    ERROR_COLUMN,
+    FINISH_REASON_COLUMN,
+    GENERATED_LOGPROB_COLUMN,
+    GENERATED_TEXT_COLUMN,
+    MESSAGES_COLUMN,
+    SAMPLING_PARAMS_COLUMN,
+    object_column,
+    plain,
+    row_error,
+)
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+    from toolkit.spec.engine_settings import EngineSettings
+    from toolkit.spec.sample_sources import SampleProvider
+
+
+def structured_output_grammar(constraint: dict[str, Any]) -> tuple[str, str]:
+    """Map a vLLM ``structured_outputs`` dict to an xgrammar (kind, source) pair."""
+    if "choice" in constraint:
+        choices = [str(c) for c in constraint["choice"]]
+        alternatives = " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+        return "ebnf", f"root ::= {alternatives}"
+    if "regex" in constraint:
+        return "regex", str(constraint["regex"])
+    if "json" in constraint:
+        schema = constraint["json"]
+        return "json_schema", schema if isinstance(schema, str) else json.dumps(schema)
+    if "grammar" in constraint:
+        return "ebnf", str(constraint["grammar"])
+    raise ValueError(
+        f"unsupported structured_outputs {sorted(constraint)}; use choice, regex, json or grammar"
+    )
+
+
+#: Greedy answers an actor remembers, by prompt (a few MB at most).
+ANSWERS_KEPT = 50_000
+
+
+class TransformersChatEngine:
+    """Ray Data class UDF: loads the model in ``__init__``, generates per batch.
+
+    ``dedupe`` (answer an identical greedy prompt once) and ``rows_per_call``
+    (cut a batch's rows, ordered by length, into ``generate`` calls of at most
+    this many; None: one call) exist to measure and compare; the defaults are
+    the fast ones.
+    """
+
+    #: Prompts are token lists whose shared head can be cached (the vision
+    #: engine's prompts carry images, so it pads whole prompts instead).
+    reuses_prompt_prefix = True
+
+    def __init__(
+        self,
+        model_source: str,
+        engine_kwargs: dict[str, Any],
+        use_gpu: bool = False,
+        num_threads: int = 1,
+        samples: "SampleProvider | None" = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        dedupe: bool = True,
+        rows_per_call: int | None = None,
+    ) -> None:
+        started = time.monotonic()
+        import torch
+
+        from toolkit.engines.model_source import resolve_model_source
+
+        torch.set_num_threads(max(1, num_threads))
+        self.torch = torch
+        self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
+        self.tokenizer, self.model = self._load(
+            resolve_model_source(model_source, samples), engine_kwargs.get("dtype", "auto")
+        )
+        # Decoder-only batch generation: new tokens must follow every prompt directly.
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model.to(self.device).eval()
+        # Multimodal configs keep the decoder's settings in a nested text config.
+        text_config = self.model.config.get_text_config()
+        config_limit = getattr(text_config, "max_position_embeddings", None)
+        self.max_model_len = int(engine_kwargs.get("max_model_len") or config_limit or 4096)
+        # Extra chat template arguments (e.g. enable_thinking), as vLLM's stage passes them.
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._compiler: Any = None
+        self._grammars: dict[str, Any] = {}
+        # vLLM's setting, with vLLM's default (on); off only to compare answers or speed.
+        self.prefixes = (
+            PrefixCache(self.model, self.tokenizer.pad_token_id, self.device)
+            if self.reuses_prompt_prefix and engine_kwargs.get("enable_prefix_caching", True)
+            else None
+        )
+        self.dedupe = dedupe
+        self.rows_per_call = rows_per_call
+        self._answers: OrderedDict[bytes, Generated] = OrderedDict()
+        self._eos_ids: frozenset[int] | None = None
+        # Logged with the first batch, then None: the line is written once per worker.
+        self._load_seconds: float | None = time.monotonic() - started
+
+    def _load(self, path: str, dtype: str) -> tuple[Any, Any]:
+        """Load (tokenizer, model) from ``path``; subclasses load other model kinds."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype
+        )
+
+    # -- structured outputs -------------------------------------------------
+    def _compiled_grammar(self, constraint: dict[str, Any]) -> Any:
+        key = json.dumps(constraint, sort_keys=True, default=str)
+        if key not in self._grammars:
+            import xgrammar as xgr
+
+            if self._compiler is None:
+                # Multimodal configs keep the decoder's vocabulary in a nested text config.
+                vocab_size = self.model.config.get_text_config().vocab_size
+                info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab_size)
+                self._compiler = xgr.GrammarCompiler(info)
+            kind, source = structured_output_grammar(constraint)
+            compile_fn = {
+                "ebnf": self._compiler.compile_grammar,
+                "regex": self._compiler.compile_regex,
+                "json_schema": self._compiler.compile_json_schema,
+            }[kind]
+            self._grammars[key] = compile_fn(source)
+        return self._grammars[key]
+
+    # -- generation ---------------------------------------------------------
+    def _prepare_prompts(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
+        """Per row, a prompt for ``_encode``, or a ValueError saying why the row can't run."""
+        texts = [
+            self.tokenizer.apply_chat_template(
+                c, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+            )
+            for c in conversations
+        ]
+        # One batched (Rust, multi-threaded) tokenizer call for the whole batch.
+        token_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        return [self._check_length(len(ids)) or ids for ids in token_ids]
+
+    def _check_length(self, n_tokens: int) -> ValueError | None:
+        if n_tokens > self.max_model_len:
+            return ValueError(
+                f"prompt is {n_tokens} tokens, longer than max_model_len {self.max_model_len}"
+            )
+        return None
+
+    def _encode(self, prompts: Sequence[Any]) -> Any:
+        """Pad already-tokenized prompts into one batch on the model's device."""
+        return self.tokenizer.pad(
+            {"input_ids": list(prompts)}, padding=True, return_tensors="pt"
+        ).to(self.device)
+
+    def _model_inputs(self, prompts: Sequence[Any]) -> Any:
+        """The batch's ``generate`` inputs: suffixes after a cached shared prefix where
+        the prompts have one, else whole prompts left-padded."""
+        if self.prefixes is not None:
+            prepared = self.prefixes.prepare(prompts)
+            if prepared is not None:
+                return prepared
+        return self._encode(prompts)
+
+    def _prompt_key(self, prompt: Any) -> bytes | None:
+        """What makes two prompts the same prompt (their tokens); None: never the same."""
+        return array("q", prompt).tobytes()
+
+    def _prompt_length(self, prompt: Any) -> int:
+        return len(prompt)
+
+    def _row_budgets(self, params: dict[str, Any], prompt_lengths: Sequence[int]) -> list[int]:
+        """Per row, the new tokens it may get, as vLLM counts them: its own
+        ``max_tokens``, capped by what ``max_model_len`` leaves after its own prompt
+        (never by another row's, so batching a row doesn't change its answer)."""
+        max_tokens = int(params.get("max_tokens") or 16)
+        return [max(1, min(max_tokens, self.max_model_len - n)) for n in prompt_lengths]
+
+    def _generate(
+        self, prompts: Sequence[Any], params: dict[str, Any]
+    ) -> list[Generated | BaseException]:
+        """Generate for prompts sharing one set of sampling params: per row, what it
+        generated (:class:`Generated`)."""
+        torch = self.torch
+        encoded = self._model_inputs(prompts)
+        prompt_len = encoded["input_ids"].shape[1]
+        prompt_counts = encoded["attention_mask"].sum(dim=1).tolist()
+        budgets = self._row_budgets(params, prompt_counts)
+        temperature = float(params.get("temperature") or 0.0)
+        kwargs: dict[str, Any] = {
+            # The longest budget bounds the call; each row stops at its own below.
+            "max_new_tokens": max(budgets),
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "do_sample": temperature > 0,
+        }
+        if min(budgets) < max(budgets):
+            kwargs["stopping_criteria"] = [_row_budget_criterion(budgets, prompt_len)]
+        if temperature > 0:
+            kwargs["temperature"] = temperature
+            kwargs["top_p"] = float(params.get("top_p") or 1.0)
+            if params.get("seed") is not None:
+                torch.manual_seed(int(params["seed"]))
+        constraint = params.get("structured_outputs")
+        processors: list[Any] = []
+        if constraint:
+            # One processor per generate() call: it keeps per-row matcher state.
+            processors.append(
+                GrammarLogitsProcessor(self._compiled_grammar(constraint), budgets, prompt_len))
+        # Last, so it sees the scores as the grammar left them.
+        logprobs = TokenLogprobs(prompt_len)
+        kwargs["logits_processor"] = [*processors, logprobs]
+        with torch.inference_mode():
+            output = self.model.generate(**encoded, **kwargs)
+        new_tokens = output[:, prompt_len:]
+        rows = [new_tokens[i, :budget] for i, budget in enumerate(budgets)]
+        texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        counts = [int((row != self.tokenizer.pad_token_id).sum()) for row in rows]
+        token_logprobs = logprobs.per_token(output)
+        ends = [self._generated_length(row.tolist()) for row in rows]
+        return [
+            Generated(text, count, prompt_count, "stop" if stopped else "length",
+                      float(token_logprobs[i, :length].sum()) if length else 0.0)
+            for i, (text, count, prompt_count, (length, stopped))
+            in enumerate(zip(texts, counts, prompt_counts, ends))
+        ]
+
+    def _generated_length(self, tokens: list[int]) -> tuple[int, bool]:
+        """(tokens the row generated, its end-of-sequence token included; whether it
+        ended there): a row without one ran into its ``max_tokens``, as vLLM's
+        ``finish_reason: length``."""
+        if self._eos_ids is None:
+            configured = self.model.generation_config.eos_token_id
+            if configured is None:
+                configured = self.tokenizer.eos_token_id
+            ids = configured if isinstance(configured, list) else [configured]
+            self._eos_ids = frozenset(i for i in ids if i is not None)
+        for position, token in enumerate(tokens):
+            if token in self._eos_ids:
+                return position + 1, True
+        return len(tokens), False
+
+    def _generate_isolating_failures(
+        self, prompts: Sequence[Any], params: dict[str, Any]
+    ) -> list[Generated | BaseException]:
+        try:
+            return self._generate(prompts, params)
+        except Exception:  # noqa: BLE001 - retried row by row to find the culprit
+            if len(prompts) == 1:
+                raise
+        results: list[Generated | BaseException] = []
+        for prompt in prompts:
+            try:
+                results.extend(self._generate([prompt], params))
+            except Exception as exc:  # noqa: BLE001 - becomes that row's error
+                results.append(exc)
+        return results
+
+    def _answer_group(
+        self, prompts: Sequence[Any], params: dict[str, Any], params_key: str
+    ) -> list[Generated | BaseException]:
+        """Answers for prompts sharing sampling params, each distinct prompt computed once.
+
+        At temperature 0 a prompt seen before, in this batch or an earlier one on
+        this actor, gets the answer already computed: greedy decoding would give it
+        the same one. The rest run ordered by length, so a call's rows pad alike.
+        """
+        greedy = not float(params.get("temperature") or 0.0) > 0
+        keys: list[bytes | None] = [None] * len(prompts)
+        if greedy and self.dedupe:
+            # 16-byte digests, so remembering 50k answers costs a few MB, not the prompts.
+            keys = [
+                hashlib.blake2b(params_key.encode() + k, digest_size=16).digest()
+                if (k := self._prompt_key(p)) is not None else None
+                for p in prompts
+            ]
+        results: list[Generated | BaseException | None] = [None] * len(prompts)
+        first_of: dict[bytes, int] = {}
+        todo: list[int] = []
+        for i, key in enumerate(keys):
+            if key is not None and key in self._answers:
+                results[i] = self._answers[key]
+            elif key is not None and key in first_of:
+                continue  # filled in from its first occurrence below
+            else:
+                if key is not None:
+                    first_of[key] = i
+                todo.append(i)
+        todo.sort(key=lambda i: self._prompt_length(prompts[i]))
+        step = self.rows_per_call or len(todo) or 1
+        for start in range(0, len(todo), step):
+            chunk = todo[start: start + step]
+            answers = self._generate_isolating_failures([prompts[i] for i in chunk], params)
+            for i, answer in zip(chunk, answers):
+                results[i] = answer
+                if keys[i] is not None and not isinstance(answer, BaseException):
+                    self._remember(keys[i], answer)
+        for i, key in enumerate(keys):
+            if results[i] is None and key is not None:
+                results[i] = results[first_of[key]]
+        return [r for r in results if r is not None]  # every one is set by now
+
+    def _remember(self, key: bytes, answer: Generated) -> None:
+        self._answers[key] = answer
+        if len(self._answers) > ANSWERS_KEPT:
+            self._answers.popitem(last=False)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        size = len(batch[MESSAGES_COLUMN])
+        if self._load_seconds is not None:
+            log_first_batch(size, self._load_seconds)
+            self._load_seconds = None
+        errors = [row_error(v) for v in batch.get(ERROR_COLUMN, [None] * size)]
+        answers: list[Generated | None] = [None] * size
+        groups: dict[str, list[tuple[int, Any]]] = {}
+        group_params: dict[str, dict[str, Any]] = {}
+        todo = [i for i in range(size) if not errors[i]]
+        prompts = self._prepare_prompts([plain(batch[MESSAGES_COLUMN][i]) for i in todo])
+        for i, prompt in zip(todo, prompts):
+            if isinstance(prompt, ValueError):
+                errors[i] = str(prompt)
+                continue
+            raw = plain(batch[SAMPLING_PARAMS_COLUMN][i]) if SAMPLING_PARAMS_COLUMN in batch else {}
+            params = {k: v for k, v in (raw or {}).items() if v is not None}
+            key = json.dumps(params, sort_keys=True, default=str)
+            group_params[key] = params
+            groups.setdefault(key, []).append((i, prompt))
+        for key, members in groups.items():
+            results = self._answer_group([p for _, p in members], group_params[key], key)
+            for (i, _), result in zip(members, results):
+                if isinstance(result, BaseException):
+                    errors[i] = f"engine error: {type(result).__name__}: {result}"
+                else:
+                    answers[i] = result
+        # The prompt columns are consumed here; carrying them on only costs memory.
+        batch.pop(MESSAGES_COLUMN)
+        batch.pop(SAMPLING_PARAMS_COLUMN, None)
+        for column, field in _ANSWER_COLUMNS:
+            batch[column] = object_column([getattr(a, field) if a else None for a in answers])
+        batch[ERROR_COLUMN] = object_column(errors)
+        return batch
+
+
+def log_first_batch(rows: int, load_seconds: float) -> None:
+    """One line in the run's log when the first rows reach a worker's model: how long
+    the model took to load and when the work began, so start-up is told from steady
+    work (``bench/vs_seed_pattern.py`` reads it)."""
+    at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    print(f"engine: model loaded in {load_seconds:.1f} s; first batch ({rows} rows) at {at}",
+          file=sys.stderr, flush=True)
+
+
+class Generated(NamedTuple):
+    """What the engine generated for one row."""
+
+    text: str
+    tokens: int
+    prompt_tokens: int
+    finish_reason: str
+    logprob: float
+
+
+#: Row columns -> Generated fields. Ray Data LLM's vLLM stage names its text and
+#: token counts the same way; finish_reason is OpenAI's and vLLM's name.
+_ANSWER_COLUMNS = (
+    (GENERATED_TEXT_COLUMN, "text"),
+    ("num_input_tokens", "prompt_tokens"),
+    ("num_generated_tokens", "tokens"),
+    (FINISH_REASON_COLUMN, "finish_reason"),
+    (GENERATED_LOGPROB_COLUMN, "logprob"),
+)
+
+
+class TokenLogprobs:
+    """A logits processor that records each generated token's log-probability as the
+    model scored it after the processors before it (the structured-output mask), so
+    a constrained answer's probability is over the answers the constraint allows.
+
+    The token chosen at a step is known only at the next call (or from the output,
+    for the last step), so one step's log-softmax is kept meanwhile, not all of them.
+    """
+
+    def __init__(self, prompt_len: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.prompt_len = prompt_len
+        self._last: Any = None
+        self._steps: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        self._record(input_ids)
+        self._last = self.torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _record(self, sequences: Any) -> None:
+        position = self.prompt_len + len(self._steps)
+        if self._last is not None and sequences.shape[1] > position:
+            chosen = sequences[:, position:position + 1].to(self._last.device)
+            self._steps.append(self._last.gather(1, chosen).squeeze(1))
+            self._last = None
+
+    def per_token(self, output: Any) -> Any:
+        """(rows x generated tokens) log-probabilities, after ``generate`` returned."""
+        self._record(output)
+        if not self._steps:
+            return self.torch.zeros((output.shape[0], 0))
+        return self.torch.stack(self._steps, dim=1).cpu()
+
+
+class GrammarLogitsProcessor:
+    """xgrammar's token mask for a batch whose rows stop at different lengths.
+
+    Like ``xgrammar.contrib.hf.LogitsProcessor`` (one matcher per row, a new
+    processor per ``generate`` call), except that a row past its own token budget
+    is left alone: ``generate`` pads it from then on, and those pads are not tokens
+    its grammar should see.
+    """
+
+    def __init__(self, compiled_grammar: Any, budgets: Sequence[int], prompt_len: int) -> None:
+        import xgrammar as xgr
+
+        self.xgr = xgr
+        self.budgets = list(budgets)
+        self.prompt_len = prompt_len
+        self.matchers = [xgr.GrammarMatcher(compiled_grammar) for _ in self.budgets]
+        vocab_size = compiled_grammar.tokenizer_info.vocab_size
+        self.bitmask = xgr.allocate_token_bitmask(len(self.budgets), vocab_size)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        generated = input_ids.shape[1] - self.prompt_len
+        for i, (matcher, budget) in enumerate(zip(self.matchers, self.budgets)):
+            if matcher.is_terminated() or generated > budget:
+                continue  # finished (its stop token) or cut at its budget: now padding
+            if generated > 0 and not matcher.accept_token(int(input_ids[i, -1])):
+                raise RuntimeError("generated a token its structured output does not allow")
+            if generated < budget and not matcher.is_terminated():
+                matcher.fill_next_token_bitmask(self.bitmask, i)
+        device = scores.device
+        masked = scores if device.type == "cuda" else scores.to("cpu")
+        self.xgr.apply_token_bitmask_inplace(masked, self.bitmask.to(masked.device))
+        return masked.to(device)
+
+
+def _row_budget_criterion(budgets: Sequence[int], prompt_len: int) -> Any:
+    """A stopping criterion that finishes each row once it has its own budget of tokens."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class RowBudgets(StoppingCriteria):
+        def __init__(self) -> None:
+            self.budgets = torch.tensor(list(budgets))
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            generated = input_ids.shape[1] - prompt_len
+            return (generated >= self.budgets).to(input_ids.device)
+
+    return RowBudgets()
+
+
+def apply_transformers_engine(
+    ds: "Dataset",
+    engine: "EngineSettings",
+    udf: type = TransformersChatEngine,
+    samples: "SampleProvider | None" = None,
+) -> "Dataset":
+    """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors
+    (a fixed pool, or an autoscaling one for a range).
+
+    Ray's core worker logs, once per driver, an error-level line for these actors:
+    ``Actor with class name: 'MapWorker(...)' ... has constructor arguments in the
+    object store and max_restarts > 0`` (ray-project/ray#53727). It doesn't come from
+    the arguments below, which are small plain values inlined in the task spec: Ray
+    Data itself creates every pool actor with two object-store references,
+    ``ctx=ray.put(DataContext)`` and ``map_transformer=ray.put(MapTransformer)`` (which
+    carries the UDF and these kwargs), and with ``max_restarts=-1``
+    (``ray/data/_internal/execution/operators/actor_pool_map_operator.py``,
+    ``_start_actor`` and ``_apply_default_remote_args``); core_worker.cc warns on any
+    actor created with a by-reference argument and restarts allowed. A UDF without
+    any argument gets it too. The only way to silence it at the source,
+    ``max_restarts=0``, would stop Ray from bringing back an engine actor that was
+    killed (out of memory), so we keep restarts.
+
+    The risk it describes can't happen here: both objects are ``ray.put`` by the
+    driver, whose operator holds their references for the whole execution, so they
+    neither go out of scope while an actor may restart nor get lost short of losing
+    the driver's node, which ends the run anyway. ``toolkit run`` sends the line to
+    the run's log file with the rest of Ray's output (``toolkit.run.local_run``).
+    """
+    use_gpu = engine.accelerator_type is not None
+    return ds.map_batches(
+        udf,
+        fn_constructor_kwargs={
+            "model_source": engine.model,
+            "engine_kwargs": dict(engine.engine_kwargs),
+            "use_gpu": use_gpu,
+            "num_threads": max(1, int(engine.num_cpus)),
+            "samples": samples,
+            "chat_template_kwargs": dict(engine.chat_template_kwargs),
+        },
+        batch_size=engine.batch_size,
+        batch_format="numpy",
+        compute=actor_pool(*engine.pool_size),
+        num_cpus=engine.num_cpus,
+        num_gpus=1 if use_gpu else 0,
+        accelerator_type=engine.accelerator_type,
+    )
+
+
+def generate_texts(
+    engine: TransformersChatEngine, rows: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Run the engine on plain rows without Ray (for tests and benchmarks)."""
+    batch = {key: object_column([row.get(key) for row in rows]) for key in rows[0]}
+    out = engine(batch)
+    return [{key: out[key][i] for key in out} for i in range(len(rows))]

@@ -1,0 +1,179 @@
+"""The vLLM engine, through Ray Data LLM (``ray.data.llm``).
+
+We only build the processor from the spec; Ray Data LLM owns the stages (chat
+template, tokenize, vLLM, detokenize, and for images prepare-multimodal), the
+actor pools and the GPU scheduling. vLLM itself is imported on the GPU workers,
+so building (and testing) the processor needs neither vLLM nor a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from toolkit.engines.model_source import resolve_model_source
+from toolkit.engines.vllm.settings import CPU_BACKEND_STAGE_CPUS, CPU_KV_CACHE_GIB, VllmSettings
+from toolkit.spec.row_contract import GENERATED_LOGPROB_COLUMN, SAMPLING_PARAMS_COLUMN
+
+logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+    from ray.data.llm import Processor
+
+    from toolkit.spec.sample_sources import SampleProvider
+
+
+def build_vllm_processor(
+    engine: VllmSettings, multimodal: bool = False, samples: "SampleProvider | None" = None
+) -> "Processor":
+    """A Ray Data LLM processor for ``engine``; apply it with ``processor(ds)``.
+
+    Rows that fail in the engine come back with ``__inference_error__`` set
+    (``should_continue_on_error``) rather than failing the job; the pipeline turns
+    that into our ``error`` column. Rows that already failed in preprocess arrive
+    with ``__inference_error__`` set and every stage passes them by.
+
+    Our settings mean here what they mean for the transformers engine:
+
+    - ``concurrency``: Ray Data LLM reads a plain ``n`` as an autoscaling pool of
+      1 to n engine workers (``ProcessorConfig.get_concurrency``, called with
+      ``autoscaling_enabled=True`` in ``vllm_engine_proc.py``), so a fixed pool is
+      sent as ``(n, n)``. The CPU stages (chat template, tokenize, detokenize) keep
+      Ray's default, autoscaling from 1 up to the engine's upper end.
+    - ``num_cpus``: CPUs beside each GPU of a worker, through ``placement_group_config``
+      (``bundle_per_worker``, replicated tensor x pipeline parallel times). With no
+      accelerator vLLM runs its CPU backend and the bundle is those CPUs alone.
+    """
+    from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+
+    for warning in engine.engine_warnings():
+        logger.warning(warning)
+    cpu_stage = cpu_stage_settings(engine)
+    config = vLLMEngineProcessorConfig(
+        **vllm_engine_settings(engine, samples),
+        chat_template_stage={
+            **cpu_stage, "chat_template_kwargs": dict(engine.chat_template_kwargs) or None
+        },
+        tokenize_stage=dict(cpu_stage),
+        detokenize_stage=dict(cpu_stage),
+        prepare_multimodal_stage={**cpu_stage, "enabled": multimodal},
+    )
+    return build_processor(config)
+
+
+def vllm_engine_settings(
+    engine: VllmSettings, samples: "SampleProvider | None" = None
+) -> dict[str, Any]:
+    """``vLLMEngineProcessorConfig`` arguments for the engine stage itself, the same
+    for every task (chat generation, embed, classify); the stages around it differ."""
+    low, high = engine.pool_size
+    bundle: dict[str, float] = {"CPU": engine.num_cpus}
+    engine_kwargs = dict(engine.engine_kwargs)
+    model_source = resolve_model_source(engine.model, samples)
+    if engine.kv_cache_gib is not None or engine.runs_on_cpu:
+        engine_kwargs["kv_cache_memory_bytes"] = int(
+            (engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
+    if engine.runs_on_cpu:
+        engine_kwargs.update(cpu_backend_defaults(model_source, engine_kwargs))
+    else:
+        bundle["GPU"] = 1
+    settings: dict[str, Any] = {
+        # A sample model is built here on the driver: vLLM workers need a path they
+        # can read, which only a shared filesystem or a local head gives them.
+        "model_source": model_source,
+        "engine_kwargs": engine_kwargs,
+        "batch_size": engine.batch_size,
+        "concurrency": (low, high),
+        "accelerator_type": engine.accelerator_type,
+        "placement_group_config": {"bundle_per_worker": bundle},
+        "should_continue_on_error": True,
+    }
+    if engine.max_concurrent_batches is not None:
+        settings["max_concurrent_batches"] = engine.max_concurrent_batches
+    return settings
+
+
+def cpu_backend_defaults(model_source: str, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """vLLM arguments for its CPU backend that the user did not set themselves.
+
+    - ``enforce_eager``: vLLM's CPU backend otherwise compiles the model with
+      torch inductor before the first row (35 s for a 2-layer model here, minutes
+      for a real one); on CPU that rarely pays back within a batch job.
+    - ``dtype``: the checkpoint's own, as the transformers engine loads it. vLLM's
+      ``auto`` turns float32 weights into bfloat16 on CPU, and the same job would
+      give other greedy answers on the two engines.
+    """
+    defaults: dict[str, Any] = {}
+    if "enforce_eager" not in engine_kwargs:
+        defaults["enforce_eager"] = True
+    if engine_kwargs.get("dtype", "auto") == "auto":
+        dtype = checkpoint_dtype(model_source)
+        if dtype is not None:
+            defaults["dtype"] = dtype
+    return defaults
+
+
+def checkpoint_dtype(model_source: str) -> str | None:
+    """``float32``, ``bfloat16``... as the checkpoint's config.json names it (a local
+    directory only; None when it says nothing or isn't on this machine)."""
+    import json
+    from pathlib import Path
+
+    config = Path(model_source) / "config.json"
+    try:
+        values = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    dtype = values.get("dtype") or values.get("torch_dtype")
+    return dtype if isinstance(dtype, str) else None
+
+
+def cpu_stage_settings(engine: VllmSettings) -> dict[str, Any]:
+    """Ray Data LLM's CPU stages: autoscaling from 1 to the engine's upper end; a
+    fraction of a CPU each when the engine itself runs on CPUs."""
+    settings: dict[str, Any] = {"concurrency": (1, engine.pool_size[1])}
+    if engine.runs_on_cpu:
+        settings["num_cpus"] = CPU_BACKEND_STAGE_CPUS
+    return settings
+
+
+def apply_vllm_engine(
+    ds: "Dataset",
+    engine: VllmSettings,
+    multimodal: bool = False,
+    samples: "SampleProvider | None" = None,
+) -> "Dataset":
+    """Chat generation through the processor, with each choice answer's log-probability
+    (``generated_logprob``: the job's ``<column>_confidence``)."""
+    ds = ds.map(ask_for_choice_logprobs)
+    ds = build_vllm_processor(engine, multimodal=multimodal, samples=samples)(ds)
+    return ds.map(sum_answer_logprobs)
+
+
+def ask_for_choice_logprobs(row: dict[str, Any]) -> dict[str, Any]:
+    """A row whose answer is one of a list also asks vLLM for its tokens' log-probabilities
+    (``logprobs: 0``: the sampled token's alone). vLLM computes them from the logits the
+    structured-output mask has already cut to the choices, as the transformers engine does."""
+    params = row.get(SAMPLING_PARAMS_COLUMN)
+    constraint = params.get("structured_outputs") if isinstance(params, dict) else None
+    if isinstance(constraint, dict) and constraint.get("choice") is not None:
+        row[SAMPLING_PARAMS_COLUMN] = {**params, "logprobs": 0}
+    return row
+
+
+def sum_answer_logprobs(row: dict[str, Any]) -> dict[str, Any]:
+    """``generated_logprob``: the summed log-probabilities of the generated tokens, from
+    the ``logprobs`` Ray Data LLM passes on (one ``{token id: {"logprob": ...}}`` per
+    token); None where vLLM sent none. The bulky per-token column is dropped here."""
+    per_token = row.pop("logprobs", None)
+    tokens = row.get("generated_tokens")
+    total = None
+    if per_token is not None and tokens is not None and len(per_token) == len(tokens):
+        try:
+            total = float(sum(float(entry[int(token)]["logprob"])
+                              for entry, token in zip(per_token, tokens)))
+        except (KeyError, TypeError, ValueError):
+            total = None
+    row[GENERATED_LOGPROB_COLUMN] = total
+    return row

@@ -1,0 +1,1 @@
+"""A run's output: the run directory the toolkit owns, its lock, summary and report."""

@@ -1,0 +1,67 @@
+"""Where a run's results land, as the nodes that write them see ``data.output``.
+
+Pure string checks (no Ray, no filesystem access), shared by ``toolkit run`` against
+a cluster (:mod:`toolkit.run.ray.connection`) and by rendering and submitting jobs
+(:mod:`toolkit.cluster.render` re-exports these names).
+
+Example:
+    >>> output_location_warning("s3://bucket/out", "ray") is None
+    True
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Storage every node of an Anyscale cluster shares.
+SHARED_STORAGE_PREFIXES: tuple[str, ...] = (
+    "/mnt/cluster_storage",
+    "/mnt/shared_storage",
+    "/mnt/user_storage",
+)
+
+_SHARED_SUGGESTION = "--output s3://<bucket>/<dir> or a path on storage every node shares"
+
+
+def is_remote_path(output: str) -> bool:
+    return "://" in output
+
+
+def output_location_warning(output: str, target: str) -> str | None:
+    """Warn when results would land on one node's disk.
+
+    Args:
+        output: ``data.output``.
+        target: ``"anyscale"`` (rendered file or Anyscale backend), ``"ray"`` (a
+            job submitted to a Ray cluster that is not on this machine) or
+            ``"run"`` (``toolkit run`` driving such a cluster from here: a
+            relative path is made absolute here, and each node writes to that
+            path on its own disk).
+    """
+    if is_remote_path(output):
+        return None
+    if target == "anyscale" and output.startswith(SHARED_STORAGE_PREFIXES):
+        return None
+    kind = "a relative path" if not os.path.isabs(output) else "a local path"
+    if target == "anyscale":
+        where = (
+            "on Anyscale it would be written to the head node's disk, which worker "
+            "nodes can't see and which is lost when the cluster shuts down"
+        )
+        suggestion = "--output /mnt/cluster_storage/<dir> (shared by every node) or s3://<bucket>/<dir>"
+    elif target == "run":
+        resolved = os.path.abspath(os.path.expanduser(output))
+        where = (
+            (f"it resolves to {resolved} here, and " if kind == "a relative path" else "")
+            + f"the Ray cluster's nodes write the results to {resolved} on their own "
+            "disks, not on this machine"
+        )
+        suggestion = _SHARED_SUGGESTION
+    else:
+        where = (
+            "on a remote Ray cluster it is written on the cluster's nodes"
+            + (" inside the job's temporary working dir" if kind == "a relative path" else "")
+            + ", not on this machine"
+        )
+        suggestion = _SHARED_SUGGESTION
+    return f"data.output {output!r} is {kind}: {where}. Use {suggestion}."

@@ -1,0 +1,63 @@
+"""The report's HTML: one self-contained file (inline CSS and SVG, system fonts, no
+scripts), rendered by Jinja2 with autoescaping on: row values are user data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkit.run.output.report.charts import column_chart, throughput_chart
+from toolkit.run.output.report.report_data import ReportData
+
+TEMPLATE = "report.html.j2"
+
+
+def render_page(data: ReportData) -> str:
+    """The report of ``data`` as one HTML document."""
+    import jinja2
+    from markupsafe import Markup
+
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("toolkit.run.output.report", "."),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["num"] = _number
+    # A cluster image may lack matplotlib (a core dependency, but images are the
+    # user's): the page then has every figure and table, without the charts.
+    try:
+        import matplotlib  # noqa: F401
+        can_draw = True
+    except ImportError:
+        can_draw = False
+    # The only markup not escaped: SVG that matplotlib wrote (it escapes the labels).
+    charts = [(column, Markup(svg) if can_draw and (svg := column_chart(column)) else None)
+              for column in data.columns]
+    throughput = throughput_chart(data.writes) if can_draw else None
+    summary = data.summary
+    return environment.get_template(TEMPLATE).render(
+        data=data, summary=summary, charts=charts, can_draw=can_draw,
+        throughput=Markup(throughput) if throughput else None,
+        steady_rate=_steady_rate(data),
+        sample_columns=[data.id_column, *data.input_columns, *data.result_columns, "error"],
+    )
+
+
+def _number(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}" if abs(value) >= 1 or value == 0 else f"{value:.4g}"
+    return str(value)
+
+
+def _steady_rate(data: ReportData) -> float | None:
+    """Rows/s from the first written piece to the last: the rate once rows came,
+    without the start-up (starting Ray, loading the model) the run's average includes."""
+    points = data.writes[1:]
+    if len(points) < 2 or points[-1].seconds <= points[0].seconds:
+        return None
+    return (points[-1].rows - points[0].rows) / (points[-1].seconds - points[0].seconds)

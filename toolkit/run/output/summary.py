@@ -1,0 +1,355 @@
+"""The end-of-run summary, computed from what was actually written."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from toolkit.redaction import redact
+from toolkit.run.output.run_directory import REPORT_FILE, SUMMARY_FILE, Manifest, RunDirectory
+from toolkit.run.row_checks import CONFIDENCE_SUFFIX
+from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN
+
+if TYPE_CHECKING:
+    from toolkit.spec.job_definition import JobDefinition
+    from toolkit.spec.models import JobSpec
+
+
+class StageSummary(BaseModel):
+    """One model stage of a multi-stage job, as its engine section ran it."""
+
+    name: str = Field(description="'stages.NAME' for an earlier stage; 'engine' for the main one.")
+    task: str
+    kind: str
+    model: str
+    workers: int = Field(description="Engine workers (the upper end of an autoscaling pool).")
+    min_workers: int = Field(description="The lower end of the pool (= workers when fixed).")
+    batch_size: int
+    num_cpus: float = Field(description="CPUs reserved per worker.")
+    gpus_per_worker: int
+    accelerator_type: str | None
+
+
+class CheckCount(BaseModel):
+    """Rows that failed one check."""
+
+    failed: int
+    rate: float = Field(description="failed / rows_written.")
+
+
+class ConfidenceSummary(BaseModel):
+    """How sure the model was of its answers in one ``*_confidence`` column."""
+
+    rows: int = Field(description="Rows with a confidence (answered rows).")
+    mean: float
+    p10: float
+    median: float
+    p90: float
+    histogram: list[int] = Field(description="Rows in ten bins of 0.1 from 0 to 1.")
+
+
+class Attempt(BaseModel):
+    """One pass over the output: the first run, then each ``toolkit retry``."""
+
+    attempt: int
+    rows: int = Field(description="Rows this attempt set out to (re)do; the first: every row.")
+    fingerprint: str
+    changed: list[str] = Field(default_factory=list,
+                               description="Spec fields this attempt changed from the one before.")
+    only: list[str] | None = Field(None, description="retry --only: the checks it redid.")
+    started: str | None = None
+
+
+class RunSummary(BaseModel):
+    job: str
+    output: str
+    rows_in: int = Field(description="Rows that entered the pipeline.")
+    rows_written: int = Field(description="Rows in the output, with a result or an error.")
+    rows_this_run: int | None = Field(
+        None, description="Rows this run processed (fewer than rows_in when it resumed)."
+    )
+    rows_ok: int
+    error_rows: int
+    seconds: float
+    rows_per_second: float
+    engine_workers: int | None = Field(
+        None, description="Engine workers (model replicas): engine.concurrency."
+    )
+    gpus_per_worker: int | None = Field(
+        None,
+        description="GPUs each engine worker holds (0 on CPU; vLLM: tensor x pipeline parallel).",
+    )
+    rows_per_second_per_worker: float | None = Field(
+        None, description="rows_per_second / engine_workers: what `toolkit plan --from-run` reads."
+    )
+    gpu_hours: float | None = Field(
+        None, description="seconds x engine_workers x gpus_per_worker / 3600 (0 on CPU); "
+        "a multi-stage job adds each stage's workers x GPUs."
+    )
+    stages: list[StageSummary] = Field(
+        default_factory=list,
+        description="A multi-stage job's model stages in order (the main engine last), "
+        "each with the workers and resources its own section gave it; empty for one stage.",
+    )
+    input_tokens: int | None = Field(
+        None, description="Prompt tokens of the written rows, when the engine reports them."
+    )
+    output_tokens: int | None = Field(
+        None, description="Generated tokens of the written rows, when the engine reports them."
+    )
+    tokens_per_second: float | None = Field(
+        None, description="(input_tokens + output_tokens) / seconds, for a run that did not resume."
+    )
+    smoke: bool = Field(description="Tiny random-weight model: results are not meaningful.")
+    figures: dict[str, int | float] = Field(
+        default_factory=dict, description="Job-specific figures, e.g. accuracy."
+    )
+    notes: list[str] = Field(default_factory=list)
+    checks: dict[str, CheckCount] = Field(
+        default_factory=dict,
+        description="Rows that failed each check (generate jobs; see spec.checks).")
+    failing_rows: int | None = Field(
+        None, description="Rows with an error or a failed check (what toolkit retry redoes).")
+    finish_reasons: dict[str, int] = Field(
+        default_factory=dict, description="Rows by finish_reason: stop, length, error.")
+    confidence: dict[str, ConfidenceSummary] = Field(
+        default_factory=dict, description="Each *_confidence column's distribution.")
+    attempts: list[Attempt] = Field(
+        default_factory=list, description="The first run and each retry, oldest first "
+        "(empty for a run never retried).")
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    first_errors: list[dict[str, Any]] = Field(default_factory=list)
+    log_file: str | None = Field(
+        None, description="Where Ray's and the engine's own output went during the run "
+        "(None when it went to the terminal, with -v, or on a cluster)."
+    )
+    report: str | None = Field(
+        None, description="The run report (_report.html in the output), written after "
+        "this summary; None when it could not be written (a note says why)."
+    )
+
+
+#: Per-row token counts the engines report (Ray Data LLM's vLLM stage and ours).
+INPUT_TOKENS_COLUMN = "num_input_tokens"
+OUTPUT_TOKENS_COLUMN = "num_generated_tokens"
+TOKEN_COLUMNS: tuple[str, ...] = (INPUT_TOKENS_COLUMN, OUTPUT_TOKENS_COLUMN)
+
+
+def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
+               token_totals: dict[str, int | None], resumed: bool) -> dict[str, Any]:
+    """The summary's accounting fields: workers, GPU-hours and token figures."""
+    workers = spec.engine.concurrency
+    gpus = spec.engine.gpus_per_worker
+    gpu_workers = sum(e.concurrency * e.gpus_per_worker
+                      for _, e in spec.model_stages)
+    inputs, outputs = token_totals.get(INPUT_TOKENS_COLUMN), token_totals.get(OUTPUT_TOKENS_COLUMN)
+    tokens_per_second = None
+    if inputs is not None and outputs is not None and seconds > 0 and not resumed:
+        tokens_per_second = round((inputs + outputs) / seconds, 1)
+    return {
+        "engine_workers": workers,
+        "gpus_per_worker": gpus,
+        "rows_per_second_per_worker": round(rows_per_second / workers, 2),
+        "gpu_hours": round(seconds * gpu_workers / 3600, 4),
+        "input_tokens": inputs,
+        "output_tokens": outputs,
+        "tokens_per_second": tokens_per_second,
+    }
+
+
+def stage_summaries(spec: "JobSpec") -> list[StageSummary]:
+    """Each model stage's engine section, earlier stages first; [] for a one-stage job."""
+    if not spec.stages:
+        return []
+    named = spec.model_stages
+    return [StageSummary(
+        name=name, task=e.task, kind=e.kind, model=e.model, workers=e.concurrency,
+        min_workers=e.pool_size[0], batch_size=e.batch_size, num_cpus=e.num_cpus,
+        gpus_per_worker=e.gpus_per_worker, accelerator_type=e.accelerator_type,
+    ) for name, e in named]
+
+
+def _token_totals(dataset: Any) -> dict[str, int | None]:
+    """Sums of the token columns the output has (None for one it lacks, or that no
+    row filled: models that don't count tokens, such as classifiers and tabular ones)."""
+    import pyarrow.compute as pc
+
+    present = [c for c in TOKEN_COLUMNS if c in dataset.schema.names]
+    table = dataset.to_table(columns=present) if present else None
+    if table is not None and table.num_rows and all(
+            table[c].null_count == table.num_rows for c in present):
+        return dict.fromkeys(TOKEN_COLUMNS)
+    return {c: int(pc.sum(table[c]).as_py() or 0) if c in present else None
+            for c in TOKEN_COLUMNS}
+
+
+def summarize_output(
+    job: "JobDefinition[Any]",
+    spec: "JobSpec",
+    run_dir: RunDirectory,
+    seconds: float,
+    rows_in: int | None,
+    rows_this_run: int | None = None,
+    notes: list[str] | None = None,
+    log_file: str | None = None,
+    attempts: list[Attempt] | None = None,
+) -> RunSummary:
+    """Count the written rows and errors, pick sample results, save ``_summary.json``.
+
+    ``rows_in`` is Ray's own count of rows that entered preprocessing; when Ray
+    reports none, every written row is taken to have come in. ``log_file`` is where
+    Ray's own output went (:attr:`RunSummary.log_file`).
+    """
+    import pyarrow.compute as pc
+
+    dataset = run_dir.open_results(spec.data.output_format)
+    id_column = spec.data.id_column
+    options = job.options_of(spec)
+    # A multi-stage job's earlier stages' results first, as in the output.
+    result_columns = [c for stage in job.stage_list for c in stage.result_columns(options)]
+    errors = dataset.to_table(columns=[id_column, ERROR_COLUMN])
+    failed = pc.is_valid(errors[ERROR_COLUMN])
+    rows_written = errors.num_rows
+    error_rows = int(pc.sum(failed).as_py() or 0)
+    shown = [c for c in (id_column, *result_columns) if c in dataset.schema.names]
+    good = dataset.to_table(columns=shown, filter=pc.field(ERROR_COLUMN).is_null()).slice(0, 3)
+    bad = errors.filter(failed).slice(0, 3)
+    processed = rows_this_run if rows_this_run is not None else rows_written
+    figures: dict[str, int | float] = {}
+    if job.summarize is not None:
+        figures = job.summarize(dataset.to_table(columns=list(job.summary_columns)))
+    notes = list(notes or [])
+    repeated = repeated_ids(errors[id_column])
+    if repeated:
+        count, shown = repeated
+        notes.append(
+            f"WARNING: {count:,} row(s) of the output repeat a {id_column} another row has "
+            f"({shown}): a result file was copied or edited by hand, so readers see those "
+            "ids twice. Remove the copies, or rerun with --overwrite."
+        )
+        if rows_in is not None and rows_in + count == rows_written:
+            rows_in = None  # accounted for above; not also an interrupted write
+    if rows_in is not None and rows_in != rows_written:
+        notes.append(
+            f"WARNING: {rows_in:,} rows came in but {rows_written:,} are in the output; "
+            "the output may hold files of an interrupted write; rerun with --overwrite."
+        )
+    quality = answer_quality(dataset, spec, rows_written)
+    rows_per_second = round(processed / seconds, 2) if seconds > 0 else 0.0
+    resumed = rows_this_run is not None and rows_this_run != rows_written
+    summary = RunSummary(
+        job=job.name,
+        output=redact(spec.data.output),
+        rows_in=rows_in if rows_in is not None else rows_written - (repeated or (0,))[0],
+        rows_written=rows_written,
+        rows_this_run=rows_this_run,
+        rows_ok=rows_written - error_rows,
+        error_rows=error_rows,
+        seconds=round(seconds, 2),
+        rows_per_second=rows_per_second,
+        **accounting(spec, seconds, rows_per_second, _token_totals(dataset), resumed),
+        stages=stage_summaries(spec),
+        smoke=spec.uses_sample_model,
+        figures=figures,
+        **quality,
+        attempts=attempts or [],
+        notes=notes,
+        samples=good.to_pylist(),
+        first_errors=bad.to_pylist(),
+        log_file=log_file,
+    )
+    run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
+    return summary
+
+
+def repeated_ids(ids: Any) -> tuple[int, str] | None:
+    """(rows beyond the first of each id, a few such ids) of an id column; None when
+    every id is on one row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    distinct = pc.count_distinct(ids, mode="all").as_py()
+    if distinct == len(ids):
+        return None
+    counts = pa.table({"id": ids}).group_by("id", use_threads=False).aggregate([("id", "count")])
+    repeated = counts.filter(pc.greater(counts["id_count"], 1))["id"].to_pylist()
+    shown = ", ".join(repr(value) for value in repeated[:3])
+    return len(ids) - distinct, shown + (f" and {len(repeated) - 3} more" if len(repeated) > 3
+                                         else "")
+
+
+def answer_quality(dataset: Any, spec: "JobSpec", rows: int) -> dict[str, Any]:
+    """The summary's checks, finish reasons and confidences, from the columns a generate
+    job writes (``failed_checks``, ``finish_reason``, ``*_confidence``); empty otherwise."""
+    import pyarrow.compute as pc
+
+    names = dataset.schema.names
+    confidence_columns = [c for c in names if c.endswith(CONFIDENCE_SUFFIX)]
+    present = [c for c in (FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN, ERROR_COLUMN) if c in names]
+    if FAILED_CHECKS_COLUMN not in names and not confidence_columns:
+        return {}
+    table = dataset.to_table(columns=[*present, *confidence_columns])
+    quality: dict[str, Any] = {}
+    if FAILED_CHECKS_COLUMN in names:
+        enabled = [*spec.checks.enabled, *([spec.checks.custom_name] if spec.checks.custom else [])]
+        counts = dict.fromkeys(enabled, 0)
+        for text in table[FAILED_CHECKS_COLUMN].drop_null().to_pylist():
+            for name in text.split(","):
+                counts[name] = counts.get(name, 0) + 1
+        quality["checks"] = {name: CheckCount(failed=n, rate=round(n / rows, 4) if rows else 0.0)
+                             for name, n in counts.items()}
+        failing = pc.is_valid(table[FAILED_CHECKS_COLUMN])
+        if ERROR_COLUMN in present:
+            failing = pc.or_(failing, pc.is_valid(table[ERROR_COLUMN]))
+        quality["failing_rows"] = int(pc.sum(failing).as_py() or 0)
+    if FINISH_REASON_COLUMN in names:
+        reasons = pc.value_counts(table[FINISH_REASON_COLUMN].drop_null())
+        quality["finish_reasons"] = {r["values"]: int(r["counts"]) for r in reasons.to_pylist()}
+    quality["confidence"] = {}
+    for column in confidence_columns:
+        values = table[column].drop_null()
+        if not len(values):
+            continue
+        p10, median, p90 = pc.quantile(values, q=[0.1, 0.5, 0.9]).to_pylist()
+        bins = pc.min_element_wise(pc.cast(pc.multiply(values, 10), "int64", safe=False), 9)
+        histogram = [0] * 10
+        for entry in pc.value_counts(bins).to_pylist():
+            histogram[int(entry["values"])] = int(entry["counts"])
+        quality["confidence"][column] = ConfidenceSummary(
+            rows=len(values), mean=round(pc.mean(values).as_py(), 4), p10=round(p10, 4),
+            median=round(median, 4), p90=round(p90, 4), histogram=histogram)
+    return quality
+
+
+def attempt_summaries(manifest: Manifest | None) -> list[Attempt]:
+    """The manifest's attempts (the first run, then each retry); empty: never retried."""
+    if manifest is None:
+        return []
+    return [Attempt.model_validate({key: attempt.get(key) for key in Attempt.model_fields
+                                    if attempt.get(key) is not None})
+            for attempt in manifest.attempts if attempt.get("rows") is not None]
+
+
+def read_summary(output: str) -> RunSummary | None:
+    """The summary a finished run left in ``output``, or None if there is none."""
+    run_dir = RunDirectory(output)
+    content = run_dir.read_json(SUMMARY_FILE)
+    if content is None:
+        return None
+    summary = RunSummary.model_validate(content)
+    # Written after the summary, so not in it: `toolkit status` and a rerun of a
+    # finished run show where it is.
+    if run_dir.exists(REPORT_FILE):
+        summary.report = redact(output.rstrip("/") + "/" + REPORT_FILE)
+    return summary
+
+
+def finished_job_summary(output: str | None) -> RunSummary | None:
+    """The summary of a finished job, when its output is reachable from here."""
+    if not output:
+        return None
+    try:
+        return read_summary(output)
+    except Exception:  # noqa: BLE001 - an unreachable bucket just means no summary to show
+        return None
