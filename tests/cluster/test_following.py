@@ -32,7 +32,13 @@ from toolkit.cluster.job_log import (
     parse_progress_line,
     parse_resources_line,
 )
-from toolkit.cluster.job_progress import RATE_WINDOW_S, ProgressWatcher, watch_job
+from toolkit.cluster.job_progress import (
+    RATE_WINDOW_S,
+    JobObserver,
+    ProgressWatcher,
+    WatchOptions,
+    watch_job,
+)
 from toolkit.cluster.job_results import job_results
 from toolkit.cluster.watching import Clock, ctrl_c_noticed
 from toolkit.run.output.summary import RunSummary
@@ -142,7 +148,13 @@ class FailingBackend(WatchOnlyBackend):
 def test_a_job_that_fails_without_an_error_of_its_own_shows_the_end_of_its_log() -> None:
     shown: list[ToolkitLine] = []
     now = [0.0]
-    info = watch_job(FailingBackend(), "raysubmit_f", on_line=shown.append, flags=" --address x",
+    class Shown(JobObserver):
+        reads_log = "lines"
+
+        def line(self, line: ToolkitLine) -> None:
+            shown.append(line)
+
+    info = watch_job(FailingBackend(), "raysubmit_f", Shown(), WatchOptions(flags=" --address x"),
                      read=lambda: None,
                      clock=Clock(now=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)))
     assert info.status == JobStatus.FAILED

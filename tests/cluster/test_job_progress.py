@@ -22,7 +22,9 @@ from click.testing import CliRunner, Result
 from toolkit.cli.main import main
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
 from toolkit.cluster.job_progress import (
+    JobObserver,
     ProgressWatcher,
+    WatchOptions,
     format_progress_line,
     job_progress,
     parse_progress_line,
@@ -250,11 +252,16 @@ def follow_growing_then_stalled(tmp_path: Path, **kwargs):
     warnings: list[tuple[float, str]] = []
     backend = RunningBackend(str(out.root))
     assert isinstance(backend, Backend)
-    call = dict(timeout_s=300, on_progress=lambda p: reports.append((fake.now, p)),
-                on_stall=lambda m: warnings.append((fake.now, m)), stall_timeout_s=120,
-                report_interval_s=60, clock=fake.clock())
-    call.update(kwargs)
-    return fake, reports, warnings, lambda: watch_job(backend, "job-9", **call)
+    class Watched(JobObserver):
+        def progress(self, progress: Progress) -> None:
+            reports.append((fake.now, progress))
+
+        def stall(self, message: str) -> None:
+            warnings.append((fake.now, message))
+
+    options = WatchOptions(timeout_s=300, stall_timeout_s=120, report_interval_s=60, **kwargs)
+    return fake, reports, warnings, lambda: watch_job(backend, "job-9", Watched(), options,
+                                                      clock=fake.clock())
 
 
 def test_follow_reports_progress_once_a_minute_and_warns_on_a_stall(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ rows, a class constructed once per engine worker."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -4,7 +4,6 @@ columns, error rows for bad input, and what a render asks the cluster for."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -90,60 +89,6 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
     )
 
 
-class _ProgressDisplay:
-    """What a follower prints: the job's lines on stdout; its own notes and the
-    progress line (:func:`~toolkit.run.progress.display.format_progress`, the line ``toolkit
-    run`` shows) on stderr. On a terminal the progress line is redrawn in place
-    below the rest, else printed as a line of its own each time it is reported."""
-
-    def __init__(self, live: bool) -> None:
-        self.live = live
-        self.line = ""
-
-    def _clear(self) -> None:
-        if self.live and self.line:
-            click.echo("\r\x1b[K", nl=False, err=True)
-
-    def _redraw(self) -> None:
-        if self.live and self.line:
-            click.echo(self.line, nl=False, err=True)
-
-    def progress(self, progress: Any) -> None:
-        from toolkit.run.progress.display import format_progress
-
-        if self.live:
-            self._clear()
-            self.line = format_progress(progress, interactive=True,
-                                        width=shutil.get_terminal_size().columns)
-            self._redraw()
-        else:
-            _note(format_progress(progress, interactive=False))
-
-    def log(self, text: str) -> None:
-        """A chunk of the job's whole log (``--raw``)."""
-        self._clear()
-        click.echo(text, nl=False)
-        if text.endswith("\n"):
-            self._redraw()
-
-    def shown(self, line: Any) -> None:
-        """One of the job's own lines (a :class:`~toolkit.cluster.job_log.ToolkitLine`)."""
-        self._clear()
-        if line.kind == "summary":  # the run has ended: its last progress line is stale
-            self.line = ""
-        click.echo(line.shown())
-        self._redraw()
-
-    def note(self, message: str) -> None:
-        self._clear()
-        _note(message)
-        self._redraw()
-
-    def close(self) -> None:
-        self._clear()
-        self.line = ""
-
-
 def _interrupted(message: str) -> NoReturn:
     """Ctrl-C: say what keeps running and how to get back to it, then exit 130, with
     no traceback and never click's ``Aborted!``."""
@@ -174,46 +119,76 @@ def _follow(target: Any, job_id: str, timeout: float, flags: str,
     rows come and a progress line, warnings, errors, the summary); ``raw`` streams the
     whole log instead (``--raw``: see :func:`_follow_options`).
     """
-    display = _ProgressDisplay(live=sys.stderr.isatty())
+    display: Any = None
 
-    def show_status(info: Any) -> None:
-        if not info.status.is_terminal():
-            display.note(f"Job {job_id} is {info.status}.")
+    def end_line() -> None:  # the job's outcome is said next: the live line goes
+        if display is not None:
+            display.close(keep=False)
 
     # Every import is inside the try: a Ctrl-C while the progress modules loaded
     # (pyarrow takes a moment) escaped to click, which printed `Aborted!`.
     try:
-        from toolkit.cluster.job_progress import DEFAULT_STALL_TIMEOUT_S, watch_job
+        from toolkit.cluster.job_progress import (
+            DEFAULT_STALL_TIMEOUT_S,
+            JobObserver,
+            WatchOptions,
+            watch_job,
+        )
         from toolkit.cluster.watching import ctrl_c_noticed, raise_for_outcome
+        from toolkit.run.progress.display import ProgressDisplay
 
+        # The job's lines on stdout, for scripts; the progress line and notes on stderr.
+        display = ProgressDisplay(sys.stderr, interactive=sys.stderr.isatty(),
+                                  plain_interval_s=0.0, lines=sys.stdout)
+
+        # Colours only on a terminal, as click.echo does (Ray colours worker prefixes).
+        plain = (lambda text: text) if sys.stdout.isatty() else click.unstyle
+
+        class Followed(JobObserver):
+            reads_log = "raw" if raw else "lines"
+
+            def log(self, text: str) -> None:
+                display.job_text(plain(text))
+
+            def line(self, line: Any) -> None:
+                display.job_line(plain(line.shown()), ended=line.kind == "summary")
+
+            def status(self, info: Any) -> None:
+                if not info.status.is_terminal():
+                    display.message(f"Job {job_id} is {info.status}.")
+
+            def progress(self, progress: Any) -> None:
+                display.show(progress)
+
+            def stall(self, message: str) -> None:
+                display.message(f"Warning: {message}")
+
+        options = WatchOptions(
+            timeout_s=timeout,
+            stall_timeout_s=(DEFAULT_STALL_TIMEOUT_S if stall_timeout is None
+                             else stall_timeout),
+            fail_on_stall=fail_on_stall,
+            report_interval_s=0.0 if display.interactive else _report_interval(),
+            sample_interval_s=None, sample_rows=sample_rows(), flags=flags)
         with ctrl_c_noticed() as clock:
-            info = watch_job(
-                target, job_id, timeout_s=timeout, on_log=display.log if raw else None,
-                on_line=None if raw else display.shown, on_status=show_status,
-                on_progress=display.progress, on_stall=lambda m: display.note(f"Warning: {m}"),
-                stall_timeout_s=(DEFAULT_STALL_TIMEOUT_S if stall_timeout is None
-                                 else stall_timeout),
-                fail_on_stall=fail_on_stall,
-                report_interval_s=0.0 if display.live else _report_interval(),
-                sample_rows=sample_rows(), flags=flags, sample_interval_s=None, clock=clock,
-            )
-        display.close()
+            info = watch_job(target, job_id, Followed(), options, clock=clock)
+        end_line()
         took = f" in {info.duration_s:.1f} s" if info.duration_s is not None else ""
         _note(f"Job {job_id} {info.status}{took}.")
     except KeyboardInterrupt:
         from toolkit.cluster.watching import stopped_following
 
-        display.close()
+        end_line()
         _interrupted(stopped_following(job_id, flags))
     except WaitTimeoutError as exc:
-        display.close()
+        end_line()
         raise WaitTimeoutError(
             exc.message,
             hint=f"Watch it again with `toolkit logs {job_id}{flags} --follow`, or stop it "
             f"with `toolkit stop {job_id}{flags}`.",
         ) from None
     finally:
-        display.close()
+        end_line()
     raise_for_outcome(info)
 
 

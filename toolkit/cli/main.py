@@ -207,8 +207,7 @@ def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str
     from toolkit.redaction import redact
     from toolkit.run.local_run import run_job
     from toolkit.run.output.summary_text import SMOKE_WARNING, format_summary
-    from toolkit.run.progress.display import LIVE_INTERVAL_S, ProgressDisplay, plain_interval
-    from toolkit.run.ray.connection import RayConnection
+    from toolkit.run.progress.display import ProgressDisplay, plain_interval
     from toolkit.run.ray.log_output import default_log_file, terminal
     from toolkit.samples.provider import SAMPLES
 
@@ -223,26 +222,10 @@ def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str
             display.message(SMOKE_WARNING)
         if log_file:
             display.message(f"Ray's own output goes to {log_file} (-v shows it here).")
-
-        def show_connection(connection: RayConnection) -> None:
-            url = connection.dashboard_url
-            if not connection.started_here:
-                display.message(f"Joined the Ray cluster at {connection.address}"
-                                + (f" ({url})" if url else ""))
-            elif url:
-                display.message(f"Ray Dashboard: {url}")
-            for warning in connection.warnings:
-                display.message(redact(f"Warning: {warning}"))
-
         try:
-            summary = run_job(
-                job_def, spec, overwrite=overwrite, address=address,
-                on_connected=show_connection, samples=SAMPLES, log_file=log_file,
-                on_progress=display.show,
-                on_notice=lambda notice: display.message(redact(f"Warning: {notice}")),
-                progress_interval_s=LIVE_INTERVAL_S if live else display.plain_interval_s,
-                dashboard=dashboard,
-            )
+            summary = run_job(job_def, spec, overwrite=overwrite, address=address,
+                              samples=SAMPLES, log_file=log_file, observer=display,
+                              dashboard=dashboard)
         finally:
             display.close()
     click.echo(format_summary(summary))

@@ -363,61 +363,101 @@ def stall_hint(job_id: str, flags: str = "") -> str:
             "or gpu_memory_utilization (it resumes).")
 
 
+@dataclasses.dataclass(frozen=True)
+class WatchOptions:
+    """How :func:`watch_job` follows a job.
+
+    Attributes:
+        timeout_s: Give up after this long (exit 6; the job keeps running).
+        stall_timeout_s: Warn (or fail) once no row was written for this long.
+        fail_on_stall: A stall raises :class:`~toolkit.errors.JobStalledError` (exit 7).
+        report_interval_s: Seconds between progress reports (0: every sample).
+        sample_interval_s: Read the progress at most this often; None: at every poll
+            for an output on a path, every :data:`SAMPLE_INTERVAL_S` for a URI.
+        sample_rows: A ``sample:`` input's default rows, for its total.
+        flags: The command line's target flags, repeated in the hints it prints.
+    """
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    fail_on_stall: bool = False
+    report_interval_s: float = REPORT_INTERVAL_S
+    sample_interval_s: float | None = SAMPLE_INTERVAL_S
+    sample_rows: Mapping[str, int] | None = None
+    flags: str = ""
+
+
+class JobObserver:
+    """What a caller follows of a submitted job; each method does nothing here.
+
+    ``toolkit submit --follow`` and ``toolkit logs --follow`` show all of it
+    (:class:`~toolkit.run.progress.display.ProgressDisplay`, the same line ``toolkit
+    run`` draws).
+    """
+
+    #: What of the job's log to read once per poll: "lines" (the toolkit's own lines,
+    #: to :meth:`line`), "raw" (every new chunk, to :meth:`log`, as ``--raw``) or None
+    #: (the log is not read; the progress then comes from the output folder alone).
+    reads_log: str | None = None
+
+    def log(self, text: str) -> None:
+        """A new chunk of the job's whole log (``reads_log = "raw"``)."""
+
+    def line(self, line: ToolkitLine) -> None:
+        """One line of the log a user needs (:class:`~toolkit.cluster.job_log.LogFilter`:
+        warnings, errors, the summary); for a job that FAILED without an error line of
+        its own, then the end of its log (``reads_log = "lines"``)."""
+
+    def status(self, info: JobInfo) -> None:
+        """The job's status, when it changed."""
+
+    def progress(self, progress: Progress) -> None:
+        """Its phase until rows come, then rows done of total, rows/s over
+        :data:`RATE_WINDOW_S`, the ETA."""
+
+    def stall(self, message: str) -> None:
+        """No row was written for ``stall_timeout_s``."""
+
+
 def watch_job(
     backend: Backend,
     job_id: str,
+    observer: JobObserver | None = None,
+    options: WatchOptions = WatchOptions(),
     *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    on_log: Callable[[str], None] | None = None,
-    on_line: Callable[[ToolkitLine], None] | None = None,
-    on_status: Callable[[JobInfo], None] | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    on_stall: Callable[[str], None] | None = None,
-    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
-    fail_on_stall: bool = False,
-    report_interval_s: float = REPORT_INTERVAL_S,
-    sample_rows: Mapping[str, int] | None = None,
     read: Callable[[], Progress | None] | None = None,
-    flags: str = "",
-    sample_interval_s: float | None = SAMPLE_INTERVAL_S,
     clock: Clock = REAL_CLOCK,
 ) -> JobInfo:
     """:func:`~toolkit.cluster.watching.follow` with the toolkit's lines, progress and
-    stall detection.
+    stall detection, told to ``observer``.
 
     Args:
-        on_log: Called with each new chunk of the job's whole log (``--raw``).
-        on_line: Called with each line of the log a user needs
-            (:class:`~toolkit.cluster.job_log.LogFilter`: warnings, errors, the
-            summary); for a job that FAILED without an error line of its own, then
-            with the end of its log.
-        on_progress: Called with the job's progress: its phase until rows come,
-            then rows done of total, rows/s over :data:`RATE_WINDOW_S`, the ETA.
         read: Replaces :func:`progress_reader` (tests).
-        sample_interval_s: Read the progress at most this often; None: at every poll
-            for an output on a path, every :data:`SAMPLE_INTERVAL_S` for a URI.
 
     The job's output location comes from its first status (``JobInfo.output``).
-    Either log callback makes the log be read once per poll; the phase and the
-    progress lines in it are then taken from that read.
+    Reading the log (``observer.reads_log``) reads it once per poll; the phase and
+    the progress lines in it are then taken from that read.
 
     Returns:
         The job's final info.
 
     Raises:
-        JobStalledError: ``fail_on_stall`` and no row for ``stall_timeout_s`` (exit 7).
-        WaitTimeoutError: still running after ``timeout_s`` (exit 6).
+        JobStalledError: ``options.fail_on_stall`` and no row for
+            ``options.stall_timeout_s`` (exit 7).
+        WaitTimeoutError: still running after ``options.timeout_s`` (exit 6).
     """
+    observer = observer or JobObserver()
+    raw = observer.reads_log == "raw"
     watcher: ProgressWatcher | None = None
-    lines = LogFilter() if on_log is not None or on_line is not None else None
+    lines = LogFilter() if observer.reads_log is not None else None
 
     def show(text: str) -> None:
         assert lines is not None
-        if on_log is not None:
-            on_log(text)
+        if raw:
+            observer.log(text)
         for line in lines.feed(text):
-            if on_line is not None:
-                on_line(line)
+            if not raw:
+                observer.line(line)
 
     def on_poll(info: JobInfo) -> None:
         nonlocal watcher
@@ -425,30 +465,32 @@ def watch_job(
             return  # the summary is out: a progress line after it would say less, later
         if watcher is None:
             logged = (lambda: lines.progress) if lines is not None else None
-            reader = read or progress_reader(backend, job_id, info.output, sample_rows, logged)
-            interval = sample_interval_s
+            reader = read or progress_reader(backend, job_id, info.output,
+                                             options.sample_rows, logged)
+            interval = options.sample_interval_s
             if interval is None:
                 interval = SAMPLE_INTERVAL_S if "://" in (info.output or "") else 0.0
             watcher = ProgressWatcher(
-                job_id, reader, on_progress=on_progress or (lambda _: None),
-                on_stall=on_stall or (lambda _: None), stall_timeout_s=stall_timeout_s,
-                fail_on_stall=fail_on_stall, report_interval_s=report_interval_s,
-                sample_interval_s=interval, clock=clock, hint=stall_hint(job_id, flags),
+                job_id, reader, on_progress=observer.progress, on_stall=observer.stall,
+                stall_timeout_s=options.stall_timeout_s, fail_on_stall=options.fail_on_stall,
+                report_interval_s=options.report_interval_s, sample_interval_s=interval,
+                clock=clock, hint=stall_hint(job_id, options.flags),
                 phase=(lambda: lines.phase) if lines is not None else None,
             )
         watcher(info)
 
-    info = follow(backend, job_id, timeout_s=timeout_s, on_log=show if lines else None,
-                  on_status=on_status, on_poll=on_poll, clock=clock)
-    if lines is not None and on_line is not None:
+    info = follow(backend, job_id, timeout_s=options.timeout_s,
+                  on_log=show if lines else None, on_status=observer.status, on_poll=on_poll,
+                  clock=clock)
+    if lines is not None and not raw:
         ending = lines.end()
         if info.status == JobStatus.FAILED and not lines.saw_error:
             last = lines.last_words()
             if last:
                 ending.append(ToolkitLine("note", f"The job printed no error of its own; its "
-                                          f"log ends with (`toolkit logs {job_id}{flags}` "
-                                          "shows all of it):"))
+                                          f"log ends with (`toolkit logs {job_id}"
+                                          f"{options.flags}` shows all of it):"))
                 ending += last
         for line in ending:
-            on_line(line)
+            observer.line(line)
     return info

@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
 from toolkit.run.output.summary import RunSummary
-from toolkit.run.progress.display import LIVE_INTERVAL_S, LogWatcher, reporting
-from toolkit.run.progress.model import Progress, ProgressReporter
+from toolkit.run.progress.display import LogWatcher, reporting
+from toolkit.run.progress.model import ProgressReporter
+from toolkit.run.progress.observer import RunObserver
 from toolkit.run.progress.sources import WrittenRows, expected_rows
 from toolkit.run.ray.cluster_fit import READ_WRITE_CPUS, check_cluster_fits, cluster_state
 from toolkit.run.ray.log_output import output_to, ray_data_quiet
@@ -22,7 +22,6 @@ from toolkit.spec.sample_sources import SampleProvider
 
 if TYPE_CHECKING:
     from toolkit.run.preflight import PreparedRun
-    from toolkit.run.ray.connection import RayConnection
 
 
 def run_job(
@@ -30,12 +29,9 @@ def run_job(
     spec: JobSpec,
     overwrite: bool = False,
     address: str | None = None,
-    on_connected: Callable[[RayConnection], None] | None = None,
     samples: SampleProvider | None = None,
     log_file: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    on_notice: Callable[[str], None] | None = None,
-    progress_interval_s: float = LIVE_INTERVAL_S,
+    observer: RunObserver | None = None,
     dashboard: bool = False,
 ) -> RunSummary:
     """Connect to Ray (embedded unless ``address``/RAY_ADDRESS) and run the pipeline.
@@ -43,9 +39,6 @@ def run_job(
     Args:
         address: A cluster to join (``auto``, ``host:port``); default RAY_ADDRESS,
             else Ray is started here.
-        on_connected: called once Ray is up with the connection: which cluster was
-            joined, its Ray Dashboard URL, and warnings about ``data.output`` as
-            the cluster's nodes see it, so a caller can show them during the run.
         samples: Serves ``sample:`` inputs and models (the CLI's ``--smoke``).
         log_file: Send Ray's and the engine's output here (appended; e.g.
             :func:`~toolkit.run.ray.log_output.default_log_file`) instead of this process's stdout/stderr, and
@@ -53,11 +46,9 @@ def run_job(
             fds 1 and 2 lands there: write to a :func:`~toolkit.run.ray.log_output.terminal`
             stream instead. A
             Ray started here is shut down at the end, so its exit lines go there too.
-        on_progress: Called with the run's :class:`~toolkit.run.progress.model.Progress`
-            every ``progress_interval_s`` and once when it finished, from a
-            background thread.
-        on_notice: Called (from that thread) with what a user must know that Ray
-            only wrote to ``log_file``: a worker out of memory, a worker that died.
+        observer: Told when Ray is up, how far the run is (every
+            ``observer.progress_interval_s``) and what a user must know that Ray
+            only wrote to ``log_file`` (see :class:`RunObserver`).
         dashboard: Start the Ray Dashboard with a Ray started here (see
             :func:`~toolkit.run.ray.connection.connect_ray`).
 
@@ -85,9 +76,8 @@ def run_job(
                          claim=[RUN_LOG_FILE] if ours else [])
     try:
         return _run_on_ray(job, spec, prepared, address=address, target=target,
-                           on_connected=on_connected, samples=samples, log_file=log_file,
-                           on_progress=on_progress, on_notice=on_notice,
-                           progress_interval_s=progress_interval_s, dashboard=dashboard)
+                           samples=samples, log_file=log_file,
+                           observer=observer or RunObserver(), dashboard=dashboard)
     finally:
         prepared.release()
 
@@ -99,12 +89,9 @@ def _run_on_ray(
     *,
     address: str | None,
     target: str | None,
-    on_connected: Callable[[RayConnection], None] | None,
     samples: SampleProvider | None,
     log_file: str | None,
-    on_progress: Callable[[Progress], None] | None,
-    on_notice: Callable[[str], None] | None,
-    progress_interval_s: float,
+    observer: RunObserver,
     dashboard: bool,
 ) -> RunSummary:
     """:func:`run_job` once its folder is held: Ray, then the pipeline."""
@@ -116,14 +103,15 @@ def _run_on_ray(
     # Progress from the first second: until rows come, the line says what the run does.
     reporter: ProgressReporter | None = None
     progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if on_progress is not None and state is not RunState.COMPLETE:
+    interval = observer.progress_interval_s
+    if interval is not None and state is not RunState.COMPLETE:
         sample_rows = samples.default_rows if samples is not None else None
         reporter = ProgressReporter(
             WrittenRows(run_dir, spec.data.output_format),
             total=lambda: expected_rows(spec, sample_rows, run_dir=run_dir))
         reporter.phase = "starting Ray" if target in (None, "local") else f"joining Ray at {target}"
-        progress = reporting(reporter, on_progress, progress_interval_s,
-                             LogWatcher(log_file) if log_file else None, on_notice)
+        progress = reporting(reporter, observer.progress, interval,
+                             LogWatcher(log_file) if log_file else None, observer.notice)
 
     def on_phase(phase: str) -> None:
         if reporter is not None:
@@ -132,8 +120,7 @@ def _run_on_ray(
     with output_to(log_file, job.name), progress:
         connection = connect_ray(address, output=spec.data.output, dashboard=dashboard)
         try:
-            if on_connected is not None:
-                on_connected(connection)
+            observer.connected(connection)
             if connection.started_here:
                 check_runs_locally(spec)
                 import ray
@@ -141,13 +128,13 @@ def _run_on_ray(
                 spec, notices = fit_pools_to_this_machine(
                     spec, ray.cluster_resources().get("CPU", 0))
                 for notice in notices:
-                    if on_notice is not None:
-                        on_notice(notice)
+                    observer.notice(notice)
             # A Ray started here never grows, whatever its monitor has reported yet.
             check_cluster_fits(spec, cluster_state(fixed=connection.started_here))
             with ray_data_quiet(log_file is not None):
                 return run_pipeline(job, spec, samples=samples, log_file=log_file,
-                                    prepared=prepared, on_notice=on_notice, on_phase=on_phase)
+                                    prepared=prepared, on_notice=observer.notice,
+                                    on_phase=on_phase)
         except ToolkitError:
             raise
         except Exception as exc:

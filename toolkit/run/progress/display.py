@@ -24,8 +24,9 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from toolkit.redaction import redact
 from toolkit.run.progress.model import (
     Clock,
     Progress,
@@ -34,6 +35,10 @@ from toolkit.run.progress.model import (
     format_duration,
     polling,
 )
+from toolkit.run.progress.observer import RunObserver
+
+if TYPE_CHECKING:
+    from toolkit.run.ray.connection import RayConnection
 
 #: Seconds between progress lines when stderr is not a terminal (CI logs, pipes);
 #: the environment variable of this name overrides it (tests use a short one).
@@ -94,12 +99,16 @@ def format_progress(progress: Progress, interactive: bool, width: int = 80) -> s
     return text[:max(10, width - 1)]
 
 
-class ProgressDisplay:
-    """Keeps one progress line on ``stream`` and prints messages above it.
+class ProgressDisplay(RunObserver):
+    """Keeps one progress line on ``stream`` and prints messages above it: what
+    ``toolkit run`` shows of a run it follows (a :class:`RunObserver`), and what
+    ``submit --follow`` / ``logs --follow`` show of a job, whose own lines go to
+    ``lines`` (stdout) while the progress line and notes stay on ``stream``.
 
-    On a terminal (``interactive``) the line is redrawn in place with ``\\r``; else
-    each update is its own line, at most one per ``plain_interval_s``, plus the last.
-    Safe to call from the polling thread and the main thread.
+    On a terminal (``interactive``) the line is redrawn in place with ``\\r``, below
+    whatever is printed meanwhile; else each update is its own line, at most one per
+    ``plain_interval_s``, plus the last. Safe to call from the polling thread and the
+    main thread.
     """
 
     def __init__(
@@ -109,25 +118,49 @@ class ProgressDisplay:
         plain_interval_s: float = PLAIN_INTERVAL_S,
         width: Callable[[], int] | None = None,
         clock: Clock = time.monotonic,
+        lines: TextIO | None = None,
     ) -> None:
         self.stream = stream
+        self.lines = lines or stream
         self.interactive = interactive
         self.plain_interval_s = plain_interval_s
         self._width = width or (lambda: _terminal_width(stream))
         self._clock = clock
         self._lock = threading.Lock()
-        self._live = False  # a live line is drawn and not yet ended
+        self._line = ""  # the live line drawn and not yet ended, redrawn after a message
         self._last_plain: float | None = None
+        self.progress_interval_s = LIVE_INTERVAL_S if interactive else plain_interval_s
+
+    # -- as the run's observer ------------------------------------------------------------
+
+    def connected(self, connection: "RayConnection") -> None:
+        """Which cluster was joined (or the Dashboard of the Ray started here), and what
+        the nodes make of ``data.output``."""
+        url = connection.dashboard_url
+        if not connection.started_here:
+            self.message(f"Joined the Ray cluster at {connection.address}"
+                         + (f" ({url})" if url else ""))
+        elif url:
+            self.message(f"Ray Dashboard: {url}")
+        for warning in connection.warnings:
+            self.message(redact(f"Warning: {warning}"))
+
+    def progress(self, progress: Progress) -> None:
+        self.show(progress)
+
+    def notice(self, text: str) -> None:
+        self.message(redact(f"Warning: {text}"))
+
+    # -- the line ---------------------------------------------------------------------------
 
     def show(self, progress: Progress) -> None:
         with self._lock:
             if self.interactive:
-                line = format_progress(progress, interactive=True, width=self._width())
-                self.stream.write("\r" + line + "\x1b[K")
-                self._live = True
+                self._line = format_progress(progress, interactive=True, width=self._width())
+                self.stream.write("\r" + self._line + "\x1b[K")
                 if progress.finished:
                     self.stream.write("\n")
-                    self._live = False
+                    self._line = ""
             else:
                 now = self._clock()
                 if self._last_plain is None:  # the interval counts from the first look
@@ -140,20 +173,40 @@ class ProgressDisplay:
 
     def message(self, text: str) -> None:
         """A line of its own (a warning, the log's path), above the live line."""
-        with self._lock:
-            if self._live:
-                self.stream.write("\r\x1b[K")
-            self.stream.write(text + "\n")
-            self._live = False
-            self.stream.flush()
+        self._above(self.stream, text + "\n")
 
-    def close(self) -> None:
-        """End a live line that was left mid-run (a failure, Ctrl-C)."""
+    def job_text(self, text: str) -> None:
+        """A chunk of a followed job's own log, on ``lines`` above the live line."""
+        self._above(self.lines, text, redraw=text.endswith("\n"))
+
+    def job_line(self, text: str, *, ended: bool = False) -> None:
+        """One of a followed job's own lines; ``ended``: its run is over (the
+        summary), so its last progress line is stale and not drawn again."""
+        self._above(self.lines, text + "\n", drop=ended)
+
+    def close(self, keep: bool = True) -> None:
+        """End a live line that was left mid-run (a failure, Ctrl-C): kept as a line of
+        its own, or cleared (``keep=False``: a follower's, which says what came of it)."""
         with self._lock:
-            if self._live:
-                self.stream.write("\n")
+            if self._line:
+                self.stream.write("\n" if keep else "\r\x1b[K")
                 self.stream.flush()
-                self._live = False
+                self._line = ""
+
+    def _above(self, out: TextIO, text: str, redraw: bool = True, drop: bool = False) -> None:
+        """``text`` on ``out``, the live line cleared first and drawn again below it
+        (``redraw``), or dropped (``drop``)."""
+        with self._lock:
+            if self._line:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            if drop:
+                self._line = ""
+            out.write(text)
+            out.flush()
+            if self._line and redraw:
+                self.stream.write(self._line + "\x1b[K")
+                self.stream.flush()
 
 
 def _terminal_width(stream: TextIO) -> int:

@@ -1,0 +1,42 @@
+"""What a caller follows of a local run while it goes: one object, not four callbacks.
+
+:func:`toolkit.run.local_run.run_job` tells its :class:`RunObserver` when Ray is up,
+how far the run is, and what a user must know that Ray only wrote to its log. The
+base class does nothing with any of it; ``toolkit run``'s terminal line
+(:class:`~toolkit.run.progress.display.ProgressDisplay`) shows all three.
+
+Example:
+    >>> class Printed(RunObserver):
+    ...     progress_interval_s = 5.0
+    ...     def progress(self, progress):
+    ...         print(progress.rows_done)
+    >>> run_job(job, spec, observer=Printed())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolkit.run.progress.model import Progress
+    from toolkit.run.ray.connection import RayConnection
+
+
+class RunObserver:
+    """Follows a local run; each method is called as the run goes and does nothing here."""
+
+    #: Seconds between :meth:`progress` calls; None: the run's progress is not read
+    #: at all (no thread polls the output folder).
+    progress_interval_s: float | None = None
+
+    def connected(self, connection: "RayConnection") -> None:
+        """Ray is up: which cluster was joined, its Ray Dashboard URL, and warnings
+        about ``data.output`` as the cluster's nodes see it."""
+
+    def progress(self, progress: "Progress") -> None:
+        """The run's progress, every :attr:`progress_interval_s` and once when it
+        finished (from a background thread)."""
+
+    def notice(self, text: str) -> None:
+        """What a user must know that Ray only wrote to the run's log: a worker out of
+        memory, one that died, engine pools fitted to this machine."""
