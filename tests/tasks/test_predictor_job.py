@@ -95,3 +95,74 @@ def test_a_missing_predictor_class_is_one_clear_error(local_ray, tmp_path, monke
     assert result.exit_code == 2, result.output
     assert "engine.model: scorer.py has no class 'LengthScorer'" in result.output
     assert "Traceback" not in result.output
+
+
+# -- the same rows, a block at a time ---------------------------------------------------
+
+
+class Lengths:
+    """A predictor whose answers have their columns' types, but for ``as_text``."""
+
+    def __init__(self, as_text: bool = False) -> None:
+        self.as_text = as_text
+
+    def __call__(self, batch):
+        import numpy as np
+
+        if any("explode" in text for text in batch["review"]):
+            raise ValueError("this model can't read the word 'explode'")
+        lengths = np.array([len(text) for text in batch["review"]])
+        return {"length": lengths.astype(str) if self.as_text else lengths.astype(float)}
+
+
+def finished_both_ways(reviews: list[str | None], as_text: bool = False):
+    """A block through the job's batch hooks and through its row hooks: the output
+    rows of each, as the pipeline writes them."""
+    from toolkit.engines.python.predictor_stage import PredictorStage
+    from toolkit.run.model_stages import prepare_batch, prepare_table
+    from toolkit.run.pipeline import finish_batch, output_schema
+    from toolkit.run.task_rows import prepare_task_row
+    from toolkit.spec.jobs import predictor_job as job
+
+    options = job.PredictorOptions(input_columns=["review"], output={"length": "double"})
+    table = pa.table({"review_id": [str(i) for i in range(len(reviews))],
+                      "review": pa.array(reviews, pa.string())})
+    schema = output_schema(table.schema, {"length": "double"})
+    stage = PredictorStage(Lengths, {"as_text": as_text}, ["length"])
+    by_batch = prepare_table(table, job.preprocess_batch, options, ("inputs",))
+    by_row = prepare_batch(table, prepare_task_row, preprocess=job.preprocess, options=options,
+                           input_columns=("inputs",))
+    finish = {"postprocess": job.postprocess, "options": options, "schema": schema,
+              "result_columns": ["length"], "engine_output": "outputs"}
+    return (finish_batch(stage(by_batch), postprocess_batch=job.postprocess_batch,
+                         **finish).to_pylist(),
+            finish_batch(stage(by_row), **finish).to_pylist())
+
+
+def test_a_predictor_job_writes_the_same_rows_a_block_at_a_time():
+    by_batch, by_row = finished_both_ways(["Great kettle.", "", None, "  ", "Bad."])
+    assert by_batch == by_row
+    assert [(r["length"], r["error"]) for r in by_batch] == [
+        (13.0, None), (None, "preprocess: column 'review' is missing"),
+        (None, "preprocess: column 'review' is missing"),
+        (None, "preprocess: column 'review' is missing"), (4.0, None)]
+
+
+def test_a_failing_block_is_retried_row_by_row_and_one_row_fails():
+    by_batch, by_row = finished_both_ways(["Fine.", "Please explode", ""])
+    assert by_batch == by_row
+    assert [r["error"] for r in by_batch] == [
+        None, "engine error: ValueError: this model can't read the word 'explode'",
+        "preprocess: column 'review' is missing"]
+
+
+def test_answers_of_another_type_are_cast_row_by_row_as_before():
+    by_batch, by_row = finished_both_ways(["Fine.", "Twelve chars"], as_text=True)
+    assert by_batch == by_row
+    assert [r["length"] for r in by_batch] == [5.0, 12.0]
+
+
+def test_a_block_of_error_rows_never_calls_the_model():
+    by_batch, by_row = finished_both_ways(["", None])
+    assert by_batch == by_row
+    assert {r["error"] for r in by_batch} == {"preprocess: column 'review' is missing"}

@@ -12,7 +12,7 @@ output says which stage rejected it and why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.spec.row_contract import ERROR_COLUMN, RAY_LLM_ERROR_COLUMN, arrow_type, row_error
@@ -47,10 +47,76 @@ def prepare_after_earlier_stage(
 def prepare_stage_rows(
     ds: "Dataset", prepare: Prepare, fn_kwargs: dict[str, Any], after_earlier_stage: bool
 ) -> "Dataset":
-    """``ds.map(prepare)``; after an earlier stage, keeping the rows it failed as they are."""
-    if not after_earlier_stage:
-        return ds.map(prepare, fn_kwargs=fn_kwargs)
-    return ds.map(prepare_after_earlier_stage, fn_kwargs={"prepare": prepare, **fn_kwargs})
+    """``prepare`` on every row of ``ds``, a block at a time (:func:`prepare_batch`);
+    after an earlier stage, keeping the rows it failed as they are."""
+    if after_earlier_stage:
+        fn_kwargs = {"prepare": prepare_after_earlier_stage, "inner": prepare, **fn_kwargs}
+    else:
+        fn_kwargs = {"prepare": prepare, **fn_kwargs}
+    return ds.map_batches(prepare_batch, fn_kwargs=fn_kwargs, batch_size=None,
+                          batch_format="pyarrow", zero_copy_batch=True)
+
+
+def prepare_batch(batch: "pa.Table", prepare: Prepare, inner: Prepare | None = None,
+                  **fn_kwargs: Any) -> "pa.Table":
+    """``prepare`` (a row -> the row with the stage's inputs) on each row of ``batch``,
+    with only what it changed or added built back from Python: the columns it left
+    alone pass through as Arrow, untouched.
+
+    The new columns are built as Ray Data builds a row-wise ``map``'s
+    (``BlockAccessor.batch_to_arrow_block``), so a stage's engine sees the same types.
+    """
+    from ray.data.block import BlockAccessor
+
+    rows = batch.to_pylist()
+    if inner is not None:
+        fn_kwargs = {"prepare": inner, **fn_kwargs}
+    outs = [prepare(row, **fn_kwargs) for row in rows]
+    changed: dict[str, None] = {}
+    for row, out in zip(rows, outs):
+        for key, value in out.items():
+            # ``prepare`` copies the row: a value it left alone is the very same object.
+            if key not in changed and (key not in row or value is not row[key]):
+                changed[key] = None
+    if not changed:
+        return batch
+    built = BlockAccessor.batch_to_arrow_block(
+        {key: [out.get(key) for out in outs] for key in changed})
+    names = batch.column_names
+    for key in changed:
+        if key in names:
+            batch = batch.set_column(names.index(key), key, built.column(key))
+        else:
+            batch = batch.append_column(key, built.column(key))
+    return batch
+
+
+def prepare_table(batch: "pa.Table", preprocess_batch: Callable[..., "pa.Table"],
+                  options: Any, input_columns: Sequence[str]) -> "pa.Table":
+    """A job's ``preprocess_batch`` on a whole block: the task's input columns (null on
+    the rows it rejects) and ``error`` (``preprocess: <why>``), all in Arrow, as
+    :func:`toolkit.run.task_rows.prepare_task_row` makes them row by row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    made = preprocess_batch(batch, options)
+    if made.num_rows != batch.num_rows:
+        raise RuntimeError(f"preprocess_batch returned {made.num_rows} rows for "
+                           f"{batch.num_rows}")
+    why = made.column(ERROR_COLUMN).cast(pa.string())
+    rejected = pc.is_valid(why)
+    columns = {name: pc.if_else(rejected, pa.scalar(None, made.column(name).type),
+                                made.column(name)) for name in input_columns}
+    errors = pc.binary_join_element_wise("preprocess: ", why, "")
+    columns[ERROR_COLUMN] = errors
+    # Ray Data LLM's stages skip rows where this is non-empty.
+    columns[RAY_LLM_ERROR_COLUMN] = pc.fill_null(errors, "")
+    names = batch.column_names
+    for name, column in columns.items():
+        batch = (batch.set_column(names.index(name), name, column) if name in names
+                 else batch.append_column(name, column))
+        names = batch.column_names
+    return batch
 
 
 def between_stages_schema(

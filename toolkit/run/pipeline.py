@@ -25,6 +25,7 @@ from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing
 from toolkit.run.model_stages import (
     between_stages_schema,
     prepare_stage_rows,
+    prepare_table,
 )
 from toolkit.run.output.report import write_report
 from toolkit.run.output.run_directory import RunDirectory, RunState
@@ -218,29 +219,130 @@ def finish_batch(
     strict_id_column: str | None = None,
     engine_output: str = GENERATED_TEXT_COLUMN,
     checks: RowChecks | None = None,
+    postprocess_batch: Callable[[Any, Any], "pa.Table"] | None = None,
 ) -> "pa.Table":
     """Postprocess a batch and cast it to the fixed output schema.
+
+    Only the columns this step decides (results, ``error``, a generate job's checks)
+    are built; the others pass through as Arrow. With ``postprocess_batch`` (a job's
+    hook for a whole block) no row goes through Python, unless the hook raises: then
+    the block is postprocessed row by row.
 
     With ``strict_id_column`` set (``--strict``), the first error row fails the run,
     named by its id, instead of being written.
     """
     import pyarrow as pa
 
-    rows = batch.to_pylist()
-    finished = []
-    for row in rows:
-        row = {k: plain(v) for k, v in row.items()}
-        out = {name: row.get(name) for name in schema.names}
-        if row_error(row.get(ERROR_COLUMN)):  # rejected before the engine: no token counts
-            out.update(dict.fromkeys(TOKEN_COLUMNS))
-        out.update(finish_row(row, postprocess, options, result_columns, engine_output, checks))
-        if strict_id_column is not None and out[ERROR_COLUMN] is not None:
+    made: dict[str, Any] | None = None
+    if postprocess_batch is not None and checks is None:
+        try:
+            made, rejected_early = _finished_by_batch(batch, postprocess_batch, options,
+                                                      result_columns, engine_output)
+        except Exception:  # noqa: BLE001 - the row hook says which row and why
+            made = None
+    if made is None:
+        made, rejected_early = _finished_by_row(batch, postprocess, options, result_columns,
+                                                engine_output, checks)
+    if strict_id_column is not None:
+        errors = made[ERROR_COLUMN]
+        listed = errors if isinstance(errors, list) else errors.to_pylist()
+        first = next((i for i, error in enumerate(listed) if error is not None), None)
+        if first is not None:
+            row_id = batch.column(strict_id_column)[first].as_py()
             raise StrictModeError(
-                f"--strict: row {strict_id_column}={row.get(strict_id_column)!r} failed: "
-                f"{out[ERROR_COLUMN]}"
-            )
-        finished.append(out)
-    return pa.Table.from_pylist(finished, schema=schema)
+                f"--strict: row {strict_id_column}={row_id!r} failed: {listed[first]}")
+    return pa.Table.from_arrays(
+        [_output_column(batch, field, made, rejected_early) for field in schema], schema=schema)
+
+
+def _finished_by_row(
+    batch: "pa.Table", postprocess: Callable[[dict[str, Any], Any], dict[str, Any]],
+    options: Any, result_columns: list[str], engine_output: str, checks: RowChecks | None,
+) -> tuple[dict[str, list[Any]], list[bool]]:
+    """:func:`finish_row` on each row: the columns it decides, and which rows were
+    rejected before the engine."""
+    import pyarrow as pa
+
+    rows = batch.to_pylist()
+    # Python values already, but for Ray's extension columns (tensors, objects).
+    extension = [f.name for f in batch.schema if isinstance(f.type, pa.ExtensionType)]
+    produced = [*result_columns, ERROR_COLUMN,
+                *((FINISH_REASON_COLUMN, FAILED_CHECKS_COLUMN) if checks is not None else ())]
+    made: dict[str, list[Any]] = {name: [] for name in produced}
+    rejected_early: list[bool] = []
+    for row in rows:
+        for name in extension:
+            row[name] = plain(row[name])
+        out = finish_row(row, postprocess, options, result_columns, engine_output, checks)
+        for name in produced:
+            made[name].append(out[name])
+        rejected_early.append(row_error(row.get(ERROR_COLUMN)) is not None)
+    return made, rejected_early
+
+
+def _finished_by_batch(
+    batch: "pa.Table", postprocess_batch: Callable[[Any, Any], "pa.Table"], options: Any,
+    result_columns: list[str], engine_output: str,
+) -> tuple[dict[str, "pa.Array"], list[bool]]:
+    """What :func:`_finished_by_row` decides, for a whole block in Arrow: an earlier
+    error stays, a row the engine gave nothing is an error row, then the hook's own
+    errors (``postprocess: <why>``); an error row's results are null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def given(name: str) -> "pa.Array":
+        """A text column's non-empty values (row_error: '' is no error)."""
+        if name not in batch.column_names:
+            return pa.nulls(batch.num_rows, pa.string())
+        column = batch.column(name).cast(pa.string())
+        return pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column)
+
+    before = given(ERROR_COLUMN)
+    error = pc.coalesce(before, given(RAY_LLM_ERROR_COLUMN))
+    nothing = ("engine returned no text for this row" if engine_output == GENERATED_TEXT_COLUMN
+               else f"engine returned no {engine_output} for this row")
+    if engine_output in batch.column_names:
+        unanswered = pc.is_null(batch.column(engine_output))
+    else:
+        unanswered = pa.array([True] * batch.num_rows)
+    error = pc.if_else(pc.and_(pc.is_null(error), unanswered), nothing, error)
+    results = postprocess_batch(batch, options)
+    if results.num_rows != batch.num_rows:
+        raise RuntimeError(f"postprocess_batch returned {results.num_rows} rows for "
+                           f"{batch.num_rows}")
+    rejected = results.column(ERROR_COLUMN).cast(pa.string())
+    error = pc.coalesce(error, pc.binary_join_element_wise("postprocess: ", rejected, ""))
+    failed = pc.is_valid(error)
+    made: dict[str, Any] = {
+        name: pc.if_else(failed, pa.scalar(None, results.column(name).type),
+                         results.column(name))
+        for name in result_columns}
+    made[ERROR_COLUMN] = error
+    return made, pc.is_valid(before).to_pylist()
+
+
+def _output_column(batch: "pa.Table", field: "pa.Field", made: dict[str, Any],
+                   rejected_early: list[bool]) -> "pa.Array | pa.ChunkedArray":
+    """One column of a finished batch: built from Python where this step decided it
+    (results, error, checks), else the batch's own column passing through as Arrow
+    (token counts nulled on rows rejected before the engine)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if field.name in made:
+        column = made[field.name]
+        if isinstance(column, (pa.Array, pa.ChunkedArray)):
+            return column.cast(field.type)
+        return pa.array(column, type=field.type)
+    if field.name not in batch.column_names:
+        return pa.nulls(batch.num_rows, type=field.type)
+    column = batch.column(field.name)
+    if isinstance(column.type, pa.ExtensionType):  # as Python values, the way they were read
+        return pa.array([plain(v) for v in column.to_pylist()], type=field.type)
+    column = column.cast(field.type)
+    if field.name in TOKEN_COLUMNS and any(rejected_early):
+        column = pc.if_else(pa.array(rejected_early), pa.scalar(None, type=field.type), column)
+    return column
 
 
 def build_dataset(
@@ -296,9 +398,15 @@ def apply_model_stages(
             prepare: Callable[..., dict[str, Any]] = prepare_row
         else:  # the task's own input columns instead
             kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row
-        ds = prepare_stage_rows(ds, prepare, {
-            "preprocess": stage.preprocess, "options": options, **kwargs,
-        }, after_earlier_stage=index > 0)
+        if stage.preprocess_batch is not None and not contract.chat and index == 0:
+            ds = ds.map_batches(prepare_table, fn_kwargs={
+                "preprocess_batch": stage.preprocess_batch, "options": options,
+                "input_columns": contract.inputs,
+            }, batch_size=None, batch_format="pyarrow", zero_copy_batch=True)
+        else:
+            ds = prepare_stage_rows(ds, prepare, {
+                "preprocess": stage.preprocess, "options": options, **kwargs,
+            }, after_earlier_stage=index > 0)
         ds = apply_engine(ds, engine, StageInputs(multimodal=stage.multimodal,
                                                   samples=samples, options=options))
         columns = stage.result_columns(options)
@@ -314,6 +422,7 @@ def apply_model_stages(
             "engine_output": contract.main_output,
             "strict_id_column": spec.data.id_column if spec.strict else None,
             "checks": row_checks(spec, job) if checked else None,
+            "postprocess_batch": stage.postprocess_batch,
         }, batch_format="pyarrow")
     return ds
 

@@ -64,6 +64,9 @@ class JobDefinition(Generic[OptionsT]):
             its own engine section ``stages.<name>`` in the spec (see
             :mod:`toolkit.spec.stages`). A row that fails in one is an error row
             the later stages skip. Empty for a one-stage job.
+        preprocess_batch / postprocess_batch: the hooks for a whole block at once,
+            Arrow in and out (see :class:`~toolkit.spec.stages.StageDefinition`);
+            a job that has them pays no Python per row around its model.
         source_dir: The folder of the user's job file (None for a built-in or a
             module): the classes a spec names for ``engine.kind: python`` may come
             from code in it, as from the folder the command runs from (see
@@ -87,6 +90,8 @@ class JobDefinition(Generic[OptionsT]):
     options_of: Callable[[JobSpec], OptionsT] = spec_options
     stages: tuple[StageDefinition[OptionsT], ...] = ()
     source_dir: Path | None = None
+    preprocess_batch: Callable[[Any, OptionsT], Any] | None = None
+    postprocess_batch: Callable[[Any, OptionsT], Any] | None = None
 
     def __post_init__(self) -> None:
         names = [stage.name for stage in self.stages]
@@ -101,7 +106,8 @@ class JobDefinition(Generic[OptionsT]):
         main = StageDefinition(
             name=MAIN_STAGE, preprocess=self.preprocess, postprocess=self.postprocess,
             result_columns=self.result_columns, structured_output=self.structured_output,
-            required_columns=self.required_columns, multimodal=self.multimodal)
+            required_columns=self.required_columns, multimodal=self.multimodal,
+            preprocess_batch=self.preprocess_batch, postprocess_batch=self.postprocess_batch)
         return (*self.stages, main)
 
 

@@ -58,6 +58,16 @@ class StageDefinition(Generic[OptionsT]):
         required_columns: ``options -> input columns`` this stage reads, checked
             before any model loads.
         multimodal: a generate stage whose messages carry images.
+        preprocess_batch: ``(table, options) -> table`` doing what ``preprocess``
+            does for a whole block at once (Arrow in, Arrow out): a table of the
+            same rows with the task's input columns and ``error`` (the reason a
+            row is rejected, null for the others); used instead of ``preprocess``
+            on a one-stage job's rows, so no row goes through Python.
+        postprocess_batch: ``(table, options) -> table`` doing what
+            ``postprocess`` does for a whole block: the result columns and
+            ``error`` (null where the row's results are good). It sees every row;
+            those that failed before it are rejected whatever it says. Raising
+            makes that block go through ``postprocess`` row by row instead.
     """
 
     name: str
@@ -67,6 +77,8 @@ class StageDefinition(Generic[OptionsT]):
     structured_output: Callable[[OptionsT], dict[str, Any] | None] = no_constraint
     required_columns: Callable[[OptionsT], list[str]] = no_columns
     multimodal: bool = False
+    preprocess_batch: Callable[[Any, OptionsT], Any] | None = None
+    postprocess_batch: Callable[[Any, OptionsT], Any] | None = None
 
     def __post_init__(self) -> None:
         if not _STAGE_NAME.match(self.name):

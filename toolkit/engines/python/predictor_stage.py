@@ -18,9 +18,16 @@ import numpy as np
 
 from toolkit.engines.model_stage import ModelStage, stage_resources
 from toolkit.errors import SpecError
-from toolkit.spec.row_contract import object_column, plain
+from toolkit.spec.row_contract import (
+    ERROR_COLUMN,
+    MESSAGES_COLUMN,
+    SAMPLING_PARAMS_COLUMN,
+    object_column,
+    plain,
+)
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from ray.data import Dataset
 
     from toolkit.spec.engine_settings import EngineSettings
@@ -60,7 +67,15 @@ def load_predictor_class(reference: str) -> type:
 
 
 class PredictorStage(ModelStage):
-    """``inputs`` (the row's input columns) -> ``outputs`` (what the predictor returned)."""
+    """``inputs`` (the row's input columns) -> ``outputs`` (what the predictor returned).
+
+    Called with Arrow blocks: the good rows' input columns go to the predictor as
+    numpy arrays in one call, its answers come back as the ``outputs`` struct, and no
+    row goes through Python on the way. When that call fails, or its answers are not
+    one value per row, the block goes the way of every model stage
+    (:func:`~toolkit.engines.model_stage.run_model_on_batch`): retried row by row, so
+    one bad row is one error row.
+    """
 
     input_columns = ("inputs",)
     output_columns = ("outputs",)
@@ -69,6 +84,29 @@ class PredictorStage(ModelStage):
                  output_names: list[str]) -> None:
         self.predictor = predictor_class(**init_kwargs)
         self.output_names = output_names
+
+    def __call__(self, batch: "pa.Table") -> "pa.Table":  # type: ignore[override]
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        good = pc.invert(pc.is_valid(_error_text(batch)))
+        chosen = pc.indices_nonzero(good)
+        if len(chosen) == 0:  # error rows only: the model is not called
+            return _by_rows(batch, super().__call__)
+        inputs = batch.column("inputs").take(chosen).combine_chunks()
+        try:
+            produced = self.predictor({
+                name: _as_numpy(inputs.field(name)) for name in inputs.type.names})
+            answers = [_checked(produced, name, len(chosen)) for name in self.output_names]
+        except Exception:  # noqa: BLE001 - row by row says which row and why
+            return _by_rows(batch, super().__call__)
+        outputs = pa.StructArray.from_arrays(answers, names=self.output_names)
+        if len(chosen) < batch.num_rows:  # error rows get a null answer
+            where = pc.subtract(pc.cumulative_sum(pc.cast(good, pa.int64())), 1)
+            outputs = outputs.take(pc.if_else(good, where, pa.scalar(None, pa.int64())))
+        kept = [name for name in batch.column_names
+                if name not in (*self.input_columns, MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN)]
+        return batch.select(kept).append_column("outputs", outputs)
 
     def predict(self, inputs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         rows = [row for (row,) in inputs]
@@ -84,6 +122,45 @@ class PredictorStage(ModelStage):
                                  f"{name!r} for {len(rows)} rows")
         return [{"outputs": {n: plain(produced[n][i]) for n in self.output_names}}
                 for i in range(len(rows))]
+
+
+def _error_text(batch: "pa.Table") -> "pa.ChunkedArray":
+    """The rows' ``error`` as row_error reads it: null, or a non-empty text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if ERROR_COLUMN not in batch.column_names:
+        return pa.chunked_array([pa.nulls(batch.num_rows, pa.string())])
+    error = batch.column(ERROR_COLUMN).cast(pa.string())
+    return pc.if_else(pc.equal(error, ""), pa.scalar(None, pa.string()), error)
+
+
+def _as_numpy(values: "pa.Array") -> np.ndarray:
+    """A column as :meth:`PredictorStage.predict` hands it over: the numpy array
+    numpy makes of its Python values (strings as numpy strings), an object array
+    where a value is not a scalar."""
+    listed = values.to_pylist()
+    return np.asarray(listed) if all(np.isscalar(x) for x in listed) else object_column(listed)
+
+
+def _checked(produced: Any, name: str, rows: int) -> "pa.Array":
+    import pyarrow as pa
+
+    if name not in produced:
+        raise ValueError(f"the predictor returned no column {name!r}")
+    values = produced[name]
+    if len(values) != rows:
+        raise ValueError(f"the predictor returned {len(values)} values of {name!r} for {rows} rows")
+    return pa.array(values)
+
+
+def _by_rows(batch: "pa.Table", call: Any) -> "pa.Table":
+    """A block through the numpy path every model stage takes, back as Arrow."""
+    from ray.data.block import BlockAccessor
+
+    numpy = {name: batch.column(name).to_numpy(zero_copy_only=False)
+             for name in batch.column_names}
+    return BlockAccessor.batch_to_arrow_block(call(numpy))
 
 
 def apply_python_stage(ds: "Dataset", engine: "EngineSettings", options: Any) -> "Dataset":
@@ -102,5 +179,5 @@ def apply_python_stage(ds: "Dataset", engine: "EngineSettings", options: Any) ->
         fn_constructor_kwargs={"predictor_class": predictor,
                                "init_kwargs": dict(options.init_kwargs),
                                "output_names": list(options.output)},
-        **stage_resources(engine),
+        **{**stage_resources(engine), "batch_format": "pyarrow"},
     )

@@ -15,12 +15,15 @@ error row.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, StrictModel
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 OutputType = Literal["string", "int64", "double", "bool", "list<float>", "list<double>",
                      "list<string>"]
@@ -80,6 +83,47 @@ def postprocess(row: dict[str, Any], options: PredictorOptions) -> dict[str, Any
     return results
 
 
+def preprocess_batch(table: "pa.Table", options: PredictorOptions) -> "pa.Table":
+    """:func:`preprocess` for a whole block, in Arrow: ``inputs`` (a struct of the
+    input columns) and ``error``, the first missing input column of each row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    error = pa.nulls(table.num_rows, pa.string())
+    for column in options.input_columns:
+        values = table.column(column)
+        missing = pc.is_null(values, nan_is_null=pa.types.is_floating(values.type))
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            missing = pc.or_(missing, pc.equal(pc.utf8_trim_whitespace(values), ""))
+        missing = pc.fill_null(missing, True)
+        error = pc.if_else(pc.and_(pc.is_null(error), missing),
+                           f"column {column!r} is missing", error)
+    inputs = pa.StructArray.from_arrays(
+        [table.column(column).combine_chunks() for column in options.input_columns],
+        names=list(options.input_columns))
+    return pa.table({"inputs": inputs, "error": error})
+
+
+def postprocess_batch(table: "pa.Table", options: PredictorOptions) -> "pa.Table":
+    """:func:`postprocess` for a whole block, where each ``outputs`` field already has
+    its column's type (the cast would change nothing); any other block is left to
+    :func:`postprocess`, row by row, which says which value is not of its type."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from toolkit.spec.row_contract import arrow_type  # with numpy: not at the CLI's start
+
+    outputs = table.column("outputs")
+    columns = {}
+    for name, alias in options.output.items():
+        values = pc.struct_field(outputs, name)
+        if values.type != arrow_type(alias) and not pa.types.is_null(values.type):
+            raise TypeError(f"{name}: {values.type}, not {alias}")
+        columns[name] = values.cast(arrow_type(alias))
+    columns["error"] = pa.nulls(table.num_rows, pa.string())
+    return pa.table(columns)
+
+
 def predictor_job_definition(name: str, description: str, predictor: str,
                              defaults: dict[str, Any],
                              smoke_overrides: dict[str, Any]) -> JobDefinition[PredictorOptions]:
@@ -91,6 +135,8 @@ def predictor_job_definition(name: str, description: str, predictor: str,
         spec_model=PredictorJobSpec,
         preprocess=preprocess,
         postprocess=postprocess,
+        preprocess_batch=preprocess_batch,
+        postprocess_batch=postprocess_batch,
         required_columns=lambda options: list(options.input_columns),
         result_columns=lambda options: dict(options.output),
         defaults={**defaults, "engine": engine},
