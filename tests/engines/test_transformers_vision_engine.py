@@ -18,9 +18,9 @@ from toolkit.engines.transformers.vision_engine import (  # noqa: E402
     split_images,
 )
 from toolkit.engines.images import decode_image, image_to_data_url, resize_image  # noqa: E402
-from toolkit.engines.registry import validate_engine  # noqa: E402
 from toolkit.samples.images import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import build_tiny_vision_model  # noqa: E402
+from toolkit.spec.engine_settings import validate_engine  # noqa: E402
 
 GREEDY = {"temperature": 0.0, "max_tokens": 8, "top_p": 1.0}
 
