@@ -179,7 +179,7 @@ def test_submit_ships_the_users_project_and_the_toolkit(installed: Installed, pr
     # The staged toolkit is the wheel's record: its report template travelled too.
     assert (project / "results" / "_report.html").is_file()
     staged = project / ".toolkit" / "py_modules" / "toolkit"
-    assert (staged / "run" / "report" / "report.html.j2").is_file()
+    assert (staged / "run" / "output" / "report" / "report.html.j2").is_file()
     assert (staged / "builtin" / "templates" / "text-industry.yaml").is_file()
     # A Python job travels as a copy of its file, staged beside its spec.
     assert installed.toolkit("new", "review-words", "--python", cwd=project).returncode == 0

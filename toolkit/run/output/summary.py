@@ -184,6 +184,30 @@ def _token_totals(dataset: Any) -> dict[str, int | None]:
             for c in TOKEN_COLUMNS}
 
 
+#: Sample results and first errors a summary shows.
+SHOWN_ROWS = 3
+
+
+def first_rows(table: "pa.Table", id_column: str, count: int = SHOWN_ROWS) -> "pa.Table":
+    """``table``'s ``count`` rows with the first ids, in id order (numbers as numbers;
+    text by length, then by text, so "2" comes before "10"): whatever order Ray wrote
+    the rows in, a summary shows the same ones."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = table[id_column]
+    keys = [(id_column, "ascending")]
+    if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
+        table = table.append_column(_ID_LENGTH, pc.utf8_length(ids))
+        keys = [(_ID_LENGTH, "ascending"), *keys]
+    chosen = pc.select_k_unstable(table, k=min(count, table.num_rows), sort_keys=keys)
+    first = table.take(chosen).sort_by(keys)
+    return first.drop_columns([_ID_LENGTH]) if _ID_LENGTH in first.column_names else first
+
+
+_ID_LENGTH = "__id_length"
+
+
 def summarize_output(
     job: "JobDefinition[Any]",
     spec: "JobSpec",
@@ -213,8 +237,10 @@ def summarize_output(
     rows_written = errors.num_rows
     error_rows = int(pc.sum(failed).as_py() or 0)
     shown = [c for c in (id_column, *result_columns) if c in dataset.schema.names]
-    good = dataset.to_table(columns=shown, filter=pc.field(ERROR_COLUMN).is_null()).slice(0, 3)
-    bad = errors.filter(failed).slice(0, 3)
+    good_ids = first_rows(errors.filter(pc.invert(failed)), id_column)[id_column]
+    good = first_rows(dataset.to_table(columns=shown, filter=(
+        pc.field(ERROR_COLUMN).is_null() & pc.field(id_column).isin(good_ids))), id_column)
+    bad = first_rows(errors.filter(failed), id_column)
     processed = rows_this_run if rows_this_run is not None else rows_written
     figures: dict[str, int | float] = {}
     if job.summarize is not None:
