@@ -237,7 +237,8 @@ def summarize_output(
     rows_written = errors.num_rows
     error_rows = int(pc.sum(failed).as_py() or 0)
     shown = [c for c in (id_column, *result_columns) if c in dataset.schema.names]
-    good_ids = first_rows(errors.filter(pc.invert(failed)), id_column)[id_column]
+    # An Array, not a ChunkedArray: isin() would rebuild an empty one as nulls.
+    good_ids = first_rows(errors.filter(pc.invert(failed)), id_column)[id_column].combine_chunks()
     good = first_rows(dataset.to_table(columns=shown, filter=(
         pc.field(ERROR_COLUMN).is_null() & pc.field(id_column).isin(good_ids))), id_column)
     bad = first_rows(errors.filter(failed), id_column)
