@@ -337,9 +337,15 @@ def _output_column(batch: "pa.Table", field: "pa.Field", made: dict[str, Any],
     if field.name not in batch.column_names:
         return pa.nulls(batch.num_rows, type=field.type)
     column = batch.column(field.name)
-    if isinstance(column.type, pa.ExtensionType):  # as Python values, the way they were read
-        return pa.array([plain(v) for v in column.to_pylist()], type=field.type)
-    column = column.cast(field.type)
+    try:
+        if isinstance(column.type, pa.ExtensionType):
+            raise pa.ArrowInvalid("an extension column goes by its Python values")
+        column = column.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        # What Arrow won't cast goes as Python values into the column's type, as
+        # every column did before they passed through (a NaN count is no count).
+        return pa.array([plain(v) for v in column.to_pylist()], type=field.type,
+                        from_pandas=True)
     if field.name in TOKEN_COLUMNS and any(rejected_early):
         column = pc.if_else(pa.array(rejected_early), pa.scalar(None, type=field.type), column)
     return column
