@@ -15,6 +15,8 @@ code meaning
 6    a bounded wait timed out
 7    a followed job wrote no row for ``--stall-timeout`` (``--fail-on-stall``)
 8    the stop-loss: too many of a run's rows failed (what it wrote stays)
+130  stopped by Ctrl-C or SIGTERM (a local run keeps what it wrote; a watched job
+     keeps running)
 ==== =====================================================
 
 Tracebacks are shown only with ``TOOLKIT_DEBUG=1``. Messages never show a credential
@@ -93,6 +95,13 @@ class JobFailedError(ToolkitError):
 
 class JobStoppedError(ToolkitError):
     exit_code = 5
+
+
+class RunInterruptedError(ToolkitError):
+    """A local run stopped by Ctrl-C or SIGTERM: the rows it wrote stay, and the same
+    command resumes it (128 + SIGINT, as shells count it)."""
+
+    exit_code = 130
 
 
 class WaitTimeoutError(ToolkitError):

@@ -203,6 +203,20 @@ def test_a_typo_in_the_input_is_named_not_the_earlier_runs_folder(earlier_run, m
     assert files_under(earlier_run) == before  # the earlier run's folder, byte for byte
 
 
+def test_a_finished_run_run_again_answers_from_its_folder_without_ray(earlier_run):
+    """Nothing to run, so nothing to start: the cluster named here doesn't exist, and a
+    run that tried to join it would fail (exit 3) instead of answering."""
+    before = files_under(earlier_run / "out")
+
+    again = toolkit("run", "text-industry", "--smoke", "--rows", "20", cwd=earlier_run,
+                    env={"RAY_ADDRESS": "127.0.0.1:9"})
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Already complete: the same spec finished here earlier" in again.stdout
+    assert "rows written:  20 (20 ok" in again.stdout
+    assert files_under(earlier_run / "out") == before
+
+
 def unwritable_place(tmp_path: Path) -> tuple[Path, str]:
     """A file path this user can't write, and the OS's reason: a read-only folder,
     or (as root, whom permissions don't stop) a system folder that refuses files."""

@@ -7,6 +7,7 @@ local Ray, and break it for real: SIGKILL the engine actor, SIGKILL the driver.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -139,6 +140,39 @@ def test_a_killed_driver_resumes_with_only_the_remaining_rows(tmp_path, job, id_
     assert third.returncode == 0
     assert "Already complete" in stdout
     assert_exact(out, rows, id_column=id_column)
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_a_stopped_run_says_what_it_kept_and_the_same_command_resumes(tmp_path, stop):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        ["toolkit", "run", "text-industry", "--smoke", "--rows", str(ROWS), "--partitions",
+         "40", "--batch-size", str(BATCH), "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True)
+    try:
+        wait_for_rows(out, proc, at_least=300)
+        if stop == "ctrl-c":  # the terminal sends it to the whole foreground group
+            os.killpg(proc.pid, signal.SIGINT)
+        else:  # a scheduler or `docker stop`: the command alone
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+
+    assert proc.returncode == 130, stderr[-3000:]
+    said = re.fullmatch(r"Stopped: ([\d,]+) of 2,000 rows kept in (.+); run the same command "
+                        r"again to resume\.", stderr.strip().splitlines()[-1])
+    assert said is not None, stderr[-3000:]
+    assert said.group(2) == str(out)
+    assert 300 <= int(said.group(1).replace(",", "")) <= settled_row_count(out, "Index") < ROWS
+    assert "Traceback" not in stderr and "Aborted!" not in stderr
+
+    rerun = toolkit_run(out)
+    stdout, _ = rerun.communicate(timeout=300)
+    kill_group(rerun)
+    assert rerun.returncode == 0 and "Resumed:" in stdout, stdout
+    assert_exact(out)
 
 
 @pytest.fixture()

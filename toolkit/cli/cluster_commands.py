@@ -20,10 +20,11 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from toolkit.cli.errors import interrupted
 from toolkit.cli.plan_command import plan_command, quick_estimate, sample_rows
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
 from toolkit.errors import WaitTimeoutError
@@ -87,17 +88,6 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
         "--timeout", type=click.FloatRange(min=0), default=default, show_default=True,
         metavar="SECONDS", help=text,
     )
-
-
-def _interrupted(message: str) -> NoReturn:
-    """Ctrl-C: say what keeps running and how to get back to it, then exit 130, with
-    no traceback and never click's ``Aborted!``."""
-    from toolkit.cluster.watching import INTERRUPTED_EXIT_CODE
-
-    if sys.stderr.isatty():
-        _note("")  # past the ^C the terminal echoed
-    _note(message)
-    raise SystemExit(INTERRUPTED_EXIT_CODE)
 
 
 def _report_interval() -> float:
@@ -179,7 +169,7 @@ def _follow(target: Any, job_id: str, timeout: float, flags: str,
         from toolkit.cluster.watching import stopped_following
 
         end_line()
-        _interrupted(stopped_following(job_id, flags))
+        interrupted(stopped_following(job_id, flags))
     except WaitTimeoutError as exc:
         end_line()
         raise WaitTimeoutError(
@@ -207,8 +197,8 @@ def _stops_cleanly_on_ctrl_c(command: Callable[..., Any]) -> Callable[..., Any]:
             flags = _target_flags(kwargs.get("backend") or "ray", kwargs.get("address"))
             job_id = kwargs.get("job_id")  # `logs` has one; `submit` has none until it submits
             if job_id and not kwargs.get("follow"):
-                _interrupted("Stopped.")  # a plain `logs`: nothing was followed
-            _interrupted(stopped_following(job_id, flags) if job_id
+                interrupted("Stopped.")  # a plain `logs`: nothing was followed
+            interrupted(stopped_following(job_id, flags) if job_id
                          else stopped_submitting(flags))
 
     return run

@@ -12,9 +12,12 @@ with the error's exit code (the table in :mod:`toolkit.errors`).
 
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 import click
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import RunInterruptedError, ToolkitError
 
 
 class ToolkitClickError(click.ClickException):
@@ -34,3 +37,16 @@ class ToolkitClickError(click.ClickException):
 def to_click(error: ToolkitError) -> click.ClickException:
     """``error`` as the click exception that prints it and exits with its code."""
     return ToolkitClickError(error)
+
+
+#: The exit code of a command the user stopped with Ctrl-C (128 + SIGINT, as shells use).
+INTERRUPTED_EXIT_CODE = RunInterruptedError.exit_code
+
+
+def interrupted(message: str) -> NoReturn:
+    """Ctrl-C: say what was kept or keeps running and how to get back to it, then exit
+    130, with no traceback and never click's ``Aborted!``."""
+    if sys.stderr.isatty():
+        click.echo("", err=True)  # past the ^C the terminal echoed
+    click.echo(message, err=True)
+    raise SystemExit(INTERRUPTED_EXIT_CODE)

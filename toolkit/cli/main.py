@@ -15,10 +15,10 @@ from typing import Any
 import click
 
 from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
-from toolkit.cli.errors import to_click
+from toolkit.cli.errors import interrupted, to_click
 from toolkit.cli.serve_command import serve_command
 from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
-from toolkit.errors import SpecError, ToolkitError, debug_enabled
+from toolkit.errors import RunInterruptedError, SpecError, ToolkitError, debug_enabled
 
 class ToolkitGroup(click.Group):
     """Shows the library's errors as click's (``Error:``, ``Hint:``, their exit code) and
@@ -226,6 +226,12 @@ def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str
             summary = run_job(job_def, spec, overwrite=overwrite, address=address,
                               samples=SAMPLES, log_file=log_file, observer=display,
                               dashboard=dashboard)
+        except RunInterruptedError as stopped:
+            display.close()
+            interrupted(stopped.message)
+        except KeyboardInterrupt:  # before the run's folder was taken: nothing to keep
+            display.close()
+            interrupted("Stopped before any row was run.")
         finally:
             display.close()
     click.echo(format_summary(summary))

@@ -170,10 +170,6 @@ def raise_for_outcome(info: JobInfo) -> None:
     raise WaitTimeoutError(f"Job {info.job_id} has not ended yet (status {info.status}).")
 
 
-#: The exit code of a follow the user stopped with Ctrl-C (128 + SIGINT, as shells use).
-INTERRUPTED_EXIT_CODE = 130
-
-
 def stopped_following(job_id: str, flags: str = "") -> str:
     """What a follower prints when Ctrl-C stops it: the job keeps running, and the two
     commands that watch it again and stop it (``flags``: the same ``--address`` or

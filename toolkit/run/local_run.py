@@ -5,23 +5,33 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import TYPE_CHECKING, Any
+import time
+from typing import Any
 
 from toolkit.engines.registry import engine_kind
-from toolkit.errors import JobFailedError, SpecError, ToolkitError, debug_enabled
+from toolkit.errors import (
+    JobFailedError,
+    RunInterruptedError,
+    SpecError,
+    ToolkitError,
+    debug_enabled,
+)
+from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 from toolkit.run.output.summary import RunSummary
+from toolkit.run.pipeline import completed_summary, run_planned
+from toolkit.run.preflight import preflight
 from toolkit.run.progress.display import LogWatcher, reporting
 from toolkit.run.progress.model import ProgressReporter
 from toolkit.run.progress.observer import RunObserver
 from toolkit.run.progress.sources import WrittenRows, expected_rows
 from toolkit.run.ray.cluster_fit import READ_WRITE_CPUS, check_cluster_fits, cluster_state
+from toolkit.run.ray.connection import connect_ray, ray_target, stop_local_ray
 from toolkit.run.ray.log_output import output_to, ray_data_quiet
+from toolkit.run.run_plan import RunPlan
+from toolkit.run.run_stop import sigterm_as_ctrl_c
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 from toolkit.spec.sample_sources import SampleProvider
-
-if TYPE_CHECKING:
-    from toolkit.run.preflight import PreparedRun
 
 
 def run_job(
@@ -56,11 +66,10 @@ def run_job(
         ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
             can't be joined (exit 3) or the run failed (exit 4), with the
             underlying cause in one paragraph.
+        RunInterruptedError: Ctrl-C or SIGTERM stopped the run (exit 130); its
+            message says how many rows were kept and how to resume.
     """
-    from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory
-    from toolkit.run.preflight import preflight
-    from toolkit.run.ray.connection import ray_target
-
+    started = time.monotonic()
     target = ray_target(address, os.environ)
     if target is not None and target.startswith("ray://"):
         raise SpecError(
@@ -72,43 +81,56 @@ def run_job(
     # Before Ray starts: a bad spec, model, server, output directory or input file
     # fails in a second, not after a minute of start-up.
     ours = log_file is not None and log_file == RunDirectory(spec.data.output).log_file
-    prepared = preflight(job, spec, overwrite=overwrite, samples=samples,
-                         claim=[RUN_LOG_FILE] if ours else [])
+    plan = preflight(job, spec, overwrite=overwrite, samples=samples,
+                     claim=[RUN_LOG_FILE] if ours else [])
     try:
-        return _run_on_ray(job, spec, prepared, address=address, target=target,
-                           samples=samples, log_file=log_file,
-                           observer=observer or RunObserver(), dashboard=dashboard)
+        # A finished run answers from its folder: no Ray to start for nothing.
+        done = completed_summary(plan, log_file) if plan.state is RunState.COMPLETE else None
+        with sigterm_as_ctrl_c():
+            return done or _run_on_ray(plan, address=address, target=target,
+                                       log_file=log_file, observer=observer or RunObserver(),
+                                       dashboard=dashboard, started=started)
+    except KeyboardInterrupt:
+        raise RunInterruptedError(stopped_message(plan)) from None
     finally:
-        prepared.release()
+        plan.release()
+
+
+def stopped_message(plan: RunPlan) -> str:
+    """What a stopped run kept, and how to go on: ``Stopped: N of M rows kept in OUT;
+    run the same command again to resume.``"""
+    kept = WrittenRows(plan.run_dir, plan.data.output_format)().rows
+    samples = plan.samples
+    total = plan.input_rows or expected_rows(
+        plan.spec, samples.default_rows if samples is not None else None, run_dir=plan.run_dir)
+    of = f" of {total:,}" if total else ""
+    return (f"Stopped: {kept:,}{of} rows kept in {plan.data.output}; run the same command "
+            "again to resume.")
 
 
 def _run_on_ray(
-    job: JobDefinition[Any],
-    spec: JobSpec,
-    prepared: PreparedRun,
+    plan: RunPlan,
     *,
     address: str | None,
     target: str | None,
-    samples: SampleProvider | None,
     log_file: str | None,
     observer: RunObserver,
     dashboard: bool,
+    started: float,
 ) -> RunSummary:
     """:func:`run_job` once its folder is held: Ray, then the pipeline."""
-    from toolkit.run.output.run_directory import RunState
-    from toolkit.run.pipeline import run_pipeline
-    from toolkit.run.ray.connection import connect_ray, stop_local_ray
-
-    run_dir, state = prepared.run_dir, prepared.state
+    run_dir, job = plan.run_dir, plan.job
     # Progress from the first second: until rows come, the line says what the run does.
     reporter: ProgressReporter | None = None
     progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     interval = observer.progress_interval_s
-    if interval is not None and state is not RunState.COMPLETE:
+    if interval is not None:
+        samples = plan.samples
         sample_rows = samples.default_rows if samples is not None else None
         reporter = ProgressReporter(
-            WrittenRows(run_dir, spec.data.output_format),
-            total=lambda: expected_rows(spec, sample_rows, run_dir=run_dir))
+            WrittenRows(run_dir, plan.data.output_format),
+            total=lambda: plan.input_rows or expected_rows(plan.spec, sample_rows,
+                                                           run_dir=run_dir))
         reporter.phase = "starting Ray" if target in (None, "local") else f"joining Ray at {target}"
         progress = reporting(reporter, observer.progress, interval,
                              LogWatcher(log_file) if log_file else None, observer.notice)
@@ -118,23 +140,25 @@ def _run_on_ray(
             reporter.phase = phase
 
     with output_to(log_file, job.name), progress:
-        connection = connect_ray(address, output=spec.data.output, dashboard=dashboard)
+        connection = connect_ray(address, output=plan.data.output, dashboard=dashboard)
         try:
-            observer.connected(connection)
-            if connection.started_here:
-                check_runs_locally(spec)
-                import ray
+            # ray.init set SIGTERM to exit at once (sys.exit): for the run it is a stop again.
+            with sigterm_as_ctrl_c():
+                observer.connected(connection)
+                if connection.started_here:
+                    check_runs_locally(plan.spec)
+                    import ray
 
-                spec, notices = fit_pools_to_this_machine(
-                    spec, ray.cluster_resources().get("CPU", 0))
-                for notice in notices:
-                    observer.notice(notice)
-            # A Ray started here never grows, whatever its monitor has reported yet.
-            check_cluster_fits(spec, cluster_state(fixed=connection.started_here))
-            with ray_data_quiet(log_file is not None):
-                return run_pipeline(job, spec, samples=samples, log_file=log_file,
-                                    prepared=prepared, on_notice=observer.notice,
-                                    on_phase=on_phase)
+                    fitted, notices = fit_pools_to_this_machine(
+                        plan.spec, ray.cluster_resources().get("CPU", 0))
+                    plan = plan.with_engines(dict(fitted.model_stages))
+                    for notice in notices:
+                        observer.notice(notice)
+                # A Ray started here never grows, whatever its monitor has reported yet.
+                check_cluster_fits(plan.spec, cluster_state(fixed=connection.started_here))
+                with ray_data_quiet(log_file is not None):
+                    return run_planned(plan, log_file=log_file, on_notice=observer.notice,
+                                       on_phase=on_phase, started=started)
         except ToolkitError:
             raise
         except Exception as exc:

@@ -36,10 +36,11 @@ from toolkit.run.output.summary import (
     read_summary,
     summarize_output,
 )
-from toolkit.run.preflight import PreparedRun, preflight
+from toolkit.run.preflight import preflight
 from toolkit.run.progress.sources import WrittenRows
 from toolkit.run.ray.cluster_fit import watching_resources
 from toolkit.run.row_checks import RowChecks, row_checks
+from toolkit.run.run_plan import RunPlan
 from toolkit.run.run_stop import StopOutcome, stopping_when
 from toolkit.run.stop_loss import STOP_LOSS_INTERVAL_S, StopLossWatch
 from toolkit.run.task_rows import prepare_task_row
@@ -55,7 +56,6 @@ from toolkit.spec.row_contract import (
     MESSAGES_COLUMN,
     RAY_LLM_ERROR_COLUMN,
     SAMPLING_PARAMS_COLUMN,
-    TASK_CONTRACTS,
     arrow_type,
     plain,
     row_error,
@@ -351,56 +351,42 @@ def _output_column(batch: "pa.Table", field: "pa.Field", made: dict[str, Any],
     return column
 
 
-def build_dataset(
-    job: JobDefinition[Any],
-    spec: JobSpec,
-    run_dir: RunDirectory,
-    samples: SampleProvider | None = None,
-) -> tuple["Dataset", RunSource]:
-    """The lazy pipeline for ``spec``: checked against the input, not yet executed.
+def build_dataset(plan: RunPlan) -> tuple["Dataset", RunSource]:
+    """The lazy pipeline of ``plan``: checked against the input, not yet executed.
 
     Raises:
         InputDataError: the input is unreadable or lacks a required column (this
             happens before any model loads).
     """
-    options = job.options_of(spec)
-    stages = job.stage_list
+    data = plan.data
     seen: dict[str, "pa.Schema"] = {}
 
     def check(schema: "pa.Schema") -> None:
-        required = [c for stage in stages for c in stage.required_columns(options)]
-        check_required_columns(schema, list(dict.fromkeys([*required, spec.data.id_column])),
-                               spec.data.input, id_column=spec.data.id_column)
-        check_written_columns(job, spec, schema.names)
+        check_required_columns(schema, plan.required_columns, data.input,
+                               id_column=data.id_column)
+        check_written_columns(plan.job, plan.spec, schema.names)
         seen["schema"] = schema
 
-    source = open_run_source(spec, run_dir, check_schema=check, samples=samples)
-    return apply_model_stages(job, spec, source.dataset, seen["schema"], samples), source
+    source = open_run_source(plan.spec, plan.run_dir, check_schema=check, samples=plan.samples,
+                             counted_rows=plan.input_rows)
+    return apply_model_stages(plan, source.dataset, seen["schema"]), source
 
 
-def apply_model_stages(
-    job: JobDefinition[Any],
-    spec: JobSpec,
-    ds: "Dataset",
-    input_schema: "pa.Schema",
-    samples: SampleProvider | None = None,
-) -> "Dataset":
-    """Every model stage of the job, in order (a multi-stage job's earlier stages, then
+def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") -> "Dataset":
+    """Every model stage of the plan, in order (a multi-stage job's earlier stages, then
     its main one): prepare the rows for the stage's task -> the stage's engine, on its
     own section of the spec (workers, batch size, CPUs, accelerator) -> its
     postprocess. After an earlier stage the rows keep the input's columns and the
     results so far (see :mod:`toolkit.run.model_stages`); after the last, the output's.
     """
-    options = job.options_of(spec)
-    stages = job.stage_list
-    dropped = job.drop_columns(options) if job.drop_columns else []
+    options, spec = plan.options, plan.spec
+    dropped = plan.dropped_columns
     results: dict[str, str] = {}
-    for index, stage in enumerate(stages):
-        engine = spec.stage_engine(stage.name)
-        contract = TASK_CONTRACTS[engine.task]
+    for index, planned in enumerate(plan.stages):
+        stage, contract = planned.definition, planned.contract
         if contract.chat:
             kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
-                spec.sampling, stage.structured_output(options))}
+                spec.sampling, planned.structured_output)}
             prepare: Callable[..., dict[str, Any]] = prepare_row
         else:  # the task's own input columns instead
             kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row
@@ -413,21 +399,20 @@ def apply_model_stages(
             ds = prepare_stage_rows(ds, prepare, {
                 "preprocess": stage.preprocess, "options": options, **kwargs,
             }, after_earlier_stage=index > 0)
-        ds = apply_engine(ds, engine, StageInputs(multimodal=stage.multimodal,
-                                                  samples=samples, options=options))
-        columns = stage.result_columns(options)
-        results.update(columns)
-        last = index == len(stages) - 1
+        ds = apply_engine(ds, planned.engine, StageInputs(
+            multimodal=stage.multimodal, samples=plan.samples, options=options))
+        results.update(planned.results)
+        last = index == len(plan.stages) - 1
         checked = last and contract.chat
         ds = ds.map_batches(finish_batch, fn_kwargs={
             "postprocess": stage.postprocess,
             "options": options,
             "schema": output_schema(input_schema, results, dropped, checked) if last
             else between_stages_schema(input_schema, results),
-            "result_columns": list(columns),
+            "result_columns": list(planned.results),
             "engine_output": contract.main_output,
-            "strict_id_column": spec.data.id_column if spec.strict else None,
-            "checks": row_checks(spec, job) if checked else None,
+            "strict_id_column": plan.data.id_column if spec.strict else None,
+            "checks": row_checks(spec, plan.job) if checked else None,
             "postprocess_batch": stage.postprocess_batch,
         }, batch_format="pyarrow")
     return ds
@@ -457,11 +442,11 @@ def run_pipeline(
     overwrite: bool = False,
     samples: SampleProvider | None = None,
     log_file: str | None = None,
-    prepared: PreparedRun | None = None,
     on_notice: Callable[[str], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> RunSummary:
-    """Run ``spec`` on the connected Ray cluster and return the written-output summary.
+    """Check and run ``spec`` on the connected Ray cluster (a submitted run's
+    entrypoint, or a test); the written-output summary.
 
     A rerun with the same spec and output resumes an interrupted run (only rows
     not yet written are processed) and does nothing after a finished one.
@@ -472,19 +457,56 @@ def run_pipeline(
         overwrite: Replace results the toolkit wrote earlier in ``spec.data.output``.
         samples: Serves ``sample:`` inputs and models (smoke runs; see
             :mod:`toolkit.spec.sample_sources`).
+        log_file, on_notice, on_phase: as :func:`run_planned`'s.
+
+    Raises:
+        InputDataError, SpecError, OutputInUseError, BackendUnavailableError: as
+            :func:`~toolkit.run.preflight.preflight`'s; the rest as
+            :func:`run_planned`'s.
+    """
+    started = time.monotonic()
+    plan = preflight(job, spec, overwrite=overwrite, samples=samples, command="a submitted run")
+    try:
+        return run_planned(plan, log_file=log_file, on_notice=on_notice, on_phase=on_phase,
+                           started=started)
+    finally:
+        plan.release()
+
+
+def completed_summary(plan: RunPlan, log_file: str | None) -> RunSummary | None:
+    """A finished run's summary, as a rerun of it answers (nothing is run: its time
+    and rate stay the run's own); None where the folder has none."""
+    done = read_summary(plan.data.output)
+    if done is None:
+        return None
+    return done.model_copy(update={
+        "rows_this_run": 0, "log_file": log_file,
+        "notes": ["Already complete: the same spec finished here earlier, so "
+                  "nothing was run. Use --overwrite to run it again."],
+    })
+
+
+def run_planned(
+    plan: RunPlan,
+    *,
+    log_file: str | None = None,
+    on_notice: Callable[[str], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    started: float | None = None,
+) -> RunSummary:
+    """Run a checked plan (:func:`~toolkit.run.preflight.preflight`) on the connected
+    Ray cluster; the written-output summary. The caller releases the plan.
+
+    Args:
         log_file: Where the caller sent Ray's output, recorded in the summary.
-        prepared: What :func:`~toolkit.run.preflight.preflight` returned, when the
-            caller checked the run already (``overwrite`` is then done); else it is
-            called here.
         on_notice: Told (from a background thread) when Ray can't place a stage's
             workers: waiting for a node, or for resources no node has.
         on_phase: Told what the run does before its first row: ``reading the
             input``, then ``loading the model`` (shown on the progress line).
+        started: When the run began (``time.monotonic()``), for its duration.
 
     Raises:
         InputDataError: bad input, found before any model loads.
-        SpecError: the output location is unusable, holds files the toolkit didn't
-            write, or holds another spec's results.
         ResourcesUnavailableError: a stage's workers waited
             ``compute.resource_wait_s`` for resources no node has (exit 3); the
             rows written so far stay, and a rerun resumes.
@@ -492,48 +514,21 @@ def run_pipeline(
             failed (exit 8), seen while the run went (it stops early) or when it
             ended; the rows written stay, and no summary is written.
     """
-    started = time.monotonic()
-    if prepared is None:  # held here, so let go here
-        prepared = preflight(job, spec, overwrite=overwrite, samples=samples,
-                             command="a submitted run")
-        try:
-            return _run_prepared(job, spec, prepared, started, log_file, samples,
-                                 on_notice, on_phase)
-        finally:
-            prepared.release()
-    return _run_prepared(job, spec, prepared, started, log_file, samples, on_notice, on_phase)
-
-
-def _run_prepared(
-    job: JobDefinition[Any],
-    spec: JobSpec,
-    prepared: PreparedRun,
-    started: float,
-    log_file: str | None,
-    samples: SampleProvider | None,
-    on_notice: Callable[[str], None] | None,
-    on_phase: Callable[[str], None] | None,
-) -> RunSummary:
-    """:func:`run_pipeline` once its folder is checked and held."""
-    run_dir, state, resumable = prepared.run_dir, prepared.state, prepared.resumable
+    started = time.monotonic() if started is None else started
+    job, spec, run_dir, state = plan.job, plan.spec, plan.run_dir, plan.state
     if state is RunState.COMPLETE:
-        done = read_summary(spec.data.output)
+        done = completed_summary(plan, log_file)
         if done is not None:
-            return done.model_copy(update={
-                "rows_this_run": 0, "seconds": round(time.monotonic() - started, 2),
-                "log_file": log_file,
-                "notes": ["Already complete: the same spec finished here earlier, so "
-                          "nothing was run. Use --overwrite to run it again."],
-            })
+            return done
     rows_before = run_dir.checkpointed_rows() if state is RunState.PARTIAL else 0
     ship_job_code_by_value(job)
     # Datasets copy Ray Data's context when they are created, so checkpointing is
     # switched on before the pipeline is built, not just before it runs.
-    config = checkpoint_config(run_dir, spec.data.id_column) if resumable else None
+    config = checkpoint_config(run_dir, spec.data.id_column) if plan.resumable else None
     phase = on_phase or (lambda _: None)
     with checkpointing(config):
         phase("reading the input")
-        ds, source = build_dataset(job, spec, run_dir, samples)
+        ds, source = build_dataset(plan)
         write_id = run_dir.begin_write()
         # The Ray Dashboard's Data view lists the run by the job's name, and the write id
         # ties it to its files (part-<write id>_...) and manifest.

@@ -1,18 +1,19 @@
 """Everything a run checks before it starts, in one place, once.
 
 ``toolkit run`` calls :func:`preflight` before Ray starts and hands what it returns to
-:func:`toolkit.run.pipeline.run_pipeline`; the cluster entrypoint lets
-``run_pipeline`` call it. Checks that touch nothing come first (result columns, each
-model stage's model and engine), then the run directory is taken (its writer lock: no
-other run may write it from here on) and prepared (``--overwrite`` deletes only from
-here on), then the input format stages what it stages. Whoever called :func:`preflight`
-ends the run with :meth:`PreparedRun.release`, which lets the folder go.
+:func:`toolkit.run.pipeline.run_planned`; the cluster entrypoint lets
+:func:`~toolkit.run.pipeline.run_pipeline` call it. Checks that touch nothing come
+first (result columns, the input, each model stage's model and engine), then the run
+directory is taken (its writer lock: no other run may write it from here on) and
+prepared (``--overwrite`` deletes only from here on), then the input format stages
+what it stages. What it found is the run's :class:`~toolkit.run.run_plan.RunPlan`;
+whoever called :func:`preflight` ends the run with its
+:meth:`~toolkit.run.run_plan.RunPlan.release`, which lets the folder go.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from toolkit.engines import preflight_engine
@@ -26,25 +27,10 @@ from toolkit.run.model_stages import clashing_result_columns
 from toolkit.run.output.run_directory import LOCK_FILE, RunDirectory, RunState
 from toolkit.run.output.writer_lock import WriterLock
 from toolkit.run.row_checks import custom_check_file
+from toolkit.run.run_plan import PlannedStage, RunPlan, plan_stages
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 from toolkit.spec.sample_sources import SampleProvider
-
-
-@dataclass(frozen=True)
-class PreparedRun:
-    """What the checks found: the run directory (held: see :meth:`release`), what this
-    run must do there, and whether the input can be resumed (a streamed Hugging Face
-    dataset can't)."""
-
-    run_dir: RunDirectory
-    state: RunState
-    resumable: bool
-    lock: WriterLock
-
-    def release(self) -> None:
-        """The run is over (done, failed or stopped): another run may write the folder."""
-        self.lock.release()
 
 
 def preflight(
@@ -55,8 +41,9 @@ def preflight(
     samples: SampleProvider | None = None,
     claim: Sequence[str] = (),
     command: str = "toolkit run",
-) -> PreparedRun:
-    """Check ``spec`` for ``job`` before any row is read or any model loads.
+) -> RunPlan:
+    """Check ``spec`` for ``job`` before any row is read or any model loads, and plan
+    the run: its stages, its input's rows, its folder (held from here on) and state.
 
     Args:
         overwrite: Replace what the toolkit wrote earlier in ``data.output``.
@@ -76,19 +63,16 @@ def preflight(
     """
     check_written_columns(job, spec)  # a result column named like the id column
     options = job.options_of(spec)
-    clashes = clashing_result_columns([(stage.name, stage.result_columns(options))
-                                       for stage in job.stage_list])
+    stages = plan_stages(job, spec, options)
+    clashes = clashing_result_columns([(stage.name, stage.results) for stage in stages])
     if clashes:
         raise SpecError(f"Job {job.name}: two model stages write the same result column: "
                         f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
     custom_check_file(spec, job)  # the user's own check is a function of the project
-    for _, engine in spec.model_stages:
-        if engine_kind(engine).loads_checkpoint:  # a file or class is checked as it loads
-            check_model_source(engine.model, samples)
-        preflight_engine(engine)  # e.g. an http engine's server
     # Before the output folder is touched: a refused input leaves nothing behind, and a
     # typo'd --input is named as one, not as another run's folder.
-    check_input(job, spec)
+    input_rows = check_input(job, spec)
+    check_engines(stages, samples)
     run_dir = RunDirectory(spec.data.output)
     resumable = not spec.data.input.startswith(HF_PREFIX)
     if not run_dir.exists(LOCK_FILE):  # held: the lock names who (the files may be mid-write)
@@ -104,4 +88,14 @@ def preflight(
     except BaseException:
         lock.release()
         raise
-    return PreparedRun(run_dir, state, resumable, lock)
+    return RunPlan(job=job, spec=spec, options=options, stages=stages, input_rows=input_rows,
+                   run_dir=run_dir, state=state, resumable=resumable, lock=lock,
+                   samples=samples)
+
+
+def check_engines(stages: Sequence[PlannedStage], samples: SampleProvider | None) -> None:
+    """Each stage's model can exist, and its engine's server (if any) answers."""
+    for stage in stages:
+        if engine_kind(stage.engine).loads_checkpoint:  # a file or class is checked as it loads
+            check_model_source(stage.engine.model, samples)
+        preflight_engine(stage.engine)  # e.g. an http engine's server

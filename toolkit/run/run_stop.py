@@ -1,15 +1,17 @@
-"""Stopping a running pipeline from a watcher thread, as Ctrl-C would.
+"""Stopping a running pipeline from a watcher thread or a signal, as Ctrl-C would.
 
 Ray Data runs the pipeline in the main thread; a watcher that decides the run must
 end (resources that never come, most rows failing) interrupts it with
 ``KeyboardInterrupt``, Ray Data stops its execution and keeps what it wrote, and the
-caller raises the watcher's error instead of the interrupt.
+caller raises the watcher's error instead of the interrupt. SIGTERM (a scheduler, a
+container stop) is taken the same way as Ctrl-C while a run goes.
 """
 
 from __future__ import annotations
 
 import _thread
 import contextlib
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,3 +57,22 @@ def stopping_when(judge: Callable[[], ToolkitError | None], outcome: StopOutcome
         with lock:
             done = True
         stop()
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Inside the block, SIGTERM interrupts the main thread as Ctrl-C does (Python's
+    default would end the process at once, before the run could say what it kept).
+    Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -68,8 +68,8 @@ TABLE_FORMATS = ("csv", "parquet", "json")
 # -- before Ray --------------------------------------------------------------------------
 
 
-def check_input(job: JobDefinition[Any], spec: JobSpec) -> None:
-    """Check ``data.input`` as far as this machine can without Ray.
+def check_input(job: JobDefinition[Any], spec: JobSpec) -> int | None:
+    """Check ``data.input`` as far as this machine can without Ray; the rows it counted.
 
     In order: a local input exists and is not empty; its format is known; a single
     local CSV, Parquet or JSON file has the job's columns and the id column, none
@@ -80,17 +80,21 @@ def check_input(job: JobDefinition[Any], spec: JobSpec) -> None:
     checked once staged. Generated and streamed inputs, http(s) URLs and a format
     that stages its own rows are checked as the run opens them.
 
+    Returns:
+        The input's rows where every id was read (a run of every row of a file or
+        a local folder), so the run needn't read them again; else None.
+
     Raises:
         InputDataError: naming the file, column, line or rows and what to do.
         SpecError: an unknown format, or a result column named like an input column.
     """
     data = spec.data
     if data.input.startswith((SAMPLE_PREFIX, HF_PREFIX)):
-        return
+        return None
     check_local_input(data)
     fmt = input_format(data)
     if fmt not in TABLE_FORMATS or data.input.startswith(("http://", "https://")):
-        return
+        return None
     local = "://" not in data.input
     path = str(Path(data.input).expanduser()) if local else data.input
     if local and os.path.isfile(path):
@@ -98,15 +102,14 @@ def check_input(job: JobDefinition[Any], spec: JobSpec) -> None:
     elif data.rows is None:
         found = read_id_column(path, fmt, data.id_column)
         if found is None:  # Ray's reader reports any real problem
-            return
+            return None
         ids, columns = found
     else:
-        return
+        return None
     if ids is None:
-        return
+        return None
     check_unique_ids(ids, data.id_column, ids_source(data), columns)
-    if data.rows is None:
-        remember_row_count(data, len(ids))
+    return len(ids) if data.rows is None else None
 
 
 def _check_local_file(job: JobDefinition[Any], spec: JobSpec,
@@ -156,51 +159,6 @@ def ids_source(data: DataConfig) -> str:
     if data.rows is None:
         return data.input
     return f"{data.input} (in the first {data.rows:,} rows, which this run reads)"
-
-
-#: Rows counted by the last id check of every row of an input, by what it read
-#: (see :func:`_input_stamp`): the run that follows its preflight, seconds later in
-#: the same process, sizes its pieces by it instead of reading the ids again.
-_COUNTED: dict[tuple[Any, ...], int] = {}
-
-
-def remember_row_count(data: DataConfig, rows: int) -> None:
-    """Record that every row of ``data.input`` was checked, and how many there are."""
-    stamp = _input_stamp(data)
-    _COUNTED.clear()  # one run's input at a time
-    if stamp is not None:
-        _COUNTED[stamp] = rows
-
-
-def checked_row_count(data: DataConfig) -> int | None:
-    """The rows :func:`check_input` counted in ``data.input`` as it is now; None where
-    it didn't check every row of it, or the files changed since."""
-    stamp = _input_stamp(data)
-    return _COUNTED.get(stamp) if stamp is not None else None
-
-
-def _input_stamp(data: DataConfig) -> tuple[Any, ...] | None:
-    """What an id check read: the input with its files' sizes and times, so a file
-    changed since is read again; None where that isn't known cheaply (a remote
-    folder)."""
-    key: tuple[Any, ...] = (data.input, data.format, data.id_column)
-    if "://" in data.input:
-        import pyarrow.fs
-
-        try:
-            fs, path = pyarrow.fs.FileSystem.from_uri(data.input)
-            info = fs.get_file_info(path)
-        except Exception:  # noqa: BLE001 - unknown: the run reads the ids itself
-            return None
-        if info.type != pyarrow.fs.FileType.File:
-            return None
-        return (*key, info.size, info.mtime_ns)
-    path = Path(data.input).expanduser()
-    try:
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        return (*key, *((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
-    except OSError:
-        return None
 
 
 def read_id_column(path: str, file_format: str, id_column: str,

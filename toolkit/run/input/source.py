@@ -29,7 +29,6 @@ from toolkit.errors import InputDataError
 from toolkit.run.input.checks import (
     TABLE_FORMATS,
     check_unique_ids,
-    checked_row_count,
     ids_source,
     read_id_column,
 )
@@ -70,6 +69,7 @@ def open_run_source(
     run_dir: RunDirectory,
     check_schema: Callable[["pa.Schema"], None],
     samples: SampleProvider | None = None,
+    counted_rows: int | None = None,
 ) -> RunSource:
     """The dataset a run reads, shaped so that a rerun can resume it.
 
@@ -79,6 +79,10 @@ def open_run_source(
     preflight has checked what it could before Ray started
     (:func:`~toolkit.run.input.checks.check_input`), so this catches what only the
     run can read: a folder's or a remote file's first ``--rows``, as staged.
+
+    Args:
+        counted_rows: The input's rows, where preflight read every id already
+            (:attr:`~toolkit.run.run_plan.RunPlan.input_rows`): not read again.
     """
     import ray.data
 
@@ -99,7 +103,7 @@ def open_run_source(
     if data.input.startswith(HF_PREFIX):  # streamed: its ids can't be read ahead
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
     if data.rows is None:
-        rows = check_input_ids(spec, schema.names)
+        rows = counted_rows or check_input_ids(spec, schema.names)
         return RunSource(in_pieces(ds, spec, rows), True)
     staged = stage_input(spec, run_dir)
     rows = check_input_ids(spec, schema.names, run_dir)
@@ -143,8 +147,7 @@ def check_input_ids(spec: JobSpec, columns: list[str],
     """Refuse repeated or missing ids, reading only ``data.id_column``: of the input
     file(s), or with ``run_dir`` of its staged ``--rows`` slice (exactly the rows run).
 
-    Inputs Arrow can't read alone (http(s) URLs, odd files) go unchecked here, and
-    every row of an input that preflight checked already is not read again.
+    Inputs Arrow can't read alone (http(s) URLs, odd files) go unchecked here.
 
     Returns:
         The rows read (the run's rows, counted for free), or None where unchecked.
@@ -159,9 +162,6 @@ def check_input_ids(spec: JobSpec, columns: list[str],
     elif data.input.startswith(("http://", "https://")):
         return None
     else:
-        counted = checked_row_count(data)
-        if counted is not None:
-            return counted
         path = data.input if "://" in data.input else str(Path(data.input).expanduser())
         found = read_id_column(path, fmt, data.id_column)
     if found is None:

@@ -69,8 +69,11 @@ class RunSummary(BaseModel):
     rows_this_run: int | None = Field(
         None, description="Rows this run processed (fewer than rows_in when it resumed)."
     )
-    rows_ok: int
+    rows_ok: int = Field(description="Rows with a result, no error and no failed check.")
     error_rows: int
+    check_failed_rows: int | None = Field(
+        None, description="Rows with a result that failed a check (a generate job's); "
+        "rows_ok + check_failed_rows + error_rows = rows_written.")
     seconds: float
     rows_per_second: float
     engine_workers: int | None = Field(
@@ -271,8 +274,10 @@ def summarize_output(
         rows_in=rows_in if rows_in is not None else rows_written - (repeated or (0,))[0],
         rows_written=rows_written,
         rows_this_run=rows_this_run,
-        rows_ok=rows_written - error_rows,
+        rows_ok=rows_written - quality.get("failing_rows", error_rows),
         error_rows=error_rows,
+        check_failed_rows=quality["failing_rows"] - error_rows if "failing_rows" in quality
+        else None,
         seconds=round(seconds, 2),
         rows_per_second=rows_per_second,
         **accounting(spec, seconds, rows_per_second, _token_totals(dataset), resumed),

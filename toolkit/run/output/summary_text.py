@@ -23,7 +23,10 @@ def format_summary(summary: RunSummary, locations: bool = True) -> str:
         f"({summary.rows_per_second:,.1f} rows/s).",
         f"  rows in:       {summary.rows_in:,}",
         f"  rows written:  {summary.rows_written:,} "
-        f"({summary.rows_ok:,} ok, {summary.error_rows:,} with an error)",
+        f"({summary.rows_ok:,} ok, "
+        + (f"{summary.check_failed_rows:,} failed a check, " if summary.check_failed_rows
+           is not None else "")
+        + f"{summary.error_rows:,} with an error)",
     ]
     if summary.rows_this_run is not None and summary.rows_this_run != summary.rows_in:
         lines.append(f"  this run:      {summary.rows_this_run:,} rows processed")

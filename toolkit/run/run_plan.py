@@ -1,0 +1,131 @@
+"""A run, resolved once: what :func:`~toolkit.run.preflight.preflight` found and decided.
+
+Everything after the checks reads the plan instead of going back to the spec: the
+pipeline its stages (each with its engine section, task contract, result columns and
+constraint, worked out once from the job's options), input reading the rows the
+checks counted, progress and the summary the run directory and its state. The spec
+stays in the plan as the record of what was asked (the run directory's fingerprint,
+the summary's accounting, the cluster's resource check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.run.output.run_directory import RunDirectory, RunState
+from toolkit.run.output.writer_lock import WriterLock
+from toolkit.spec.engine_settings import EngineSettings
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import MAIN_STAGE, DataConfig, JobSpec
+from toolkit.spec.row_contract import TASK_CONTRACTS, TaskContract
+from toolkit.spec.sample_sources import SampleProvider
+from toolkit.spec.stages import StageDefinition
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    """One model stage as it will run: the job's hooks and the spec's engine section.
+
+    Attributes:
+        field: The engine section's spec path (``engine``, ``stages.NAME``), as
+            errors and notices name it.
+        results: Result columns and their Arrow type aliases.
+        required: Input columns the stage reads.
+        structured_output: The constraint every row's sampling params carry (a
+            generate stage), or None.
+    """
+
+    definition: StageDefinition[Any]
+    field: str
+    engine: EngineSettings
+    contract: TaskContract
+    results: Mapping[str, str]
+    required: tuple[str, ...]
+    structured_output: dict[str, Any] | None
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+
+def plan_stages(job: JobDefinition[Any], spec: JobSpec, options: Any) -> tuple[PlannedStage, ...]:
+    """The job's model stages in the order rows go through them, each with its engine."""
+    planned = []
+    for stage in job.stage_list:
+        engine = spec.stage_engine(stage.name)
+        contract = TASK_CONTRACTS[engine.task]
+        planned.append(PlannedStage(
+            definition=stage, engine=engine,
+            field="engine" if stage.name == MAIN_STAGE else f"stages.{stage.name}",
+            contract=contract, results=dict(stage.result_columns(options)),
+            required=tuple(stage.required_columns(options)),
+            structured_output=stage.structured_output(options) if contract.chat else None))
+    return tuple(planned)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A checked run, its folder held (see :meth:`release`).
+
+    Attributes:
+        options: The job's hooks' options (``job.options_of(spec)``).
+        stages: Every model stage, in the order rows go through them.
+        input_rows: The rows of the input the checks counted (every id read and
+            found unique), so the run needn't read them again; None where the
+            checks couldn't (a folder, a remote file with ``--rows``, samples).
+        state: What the run must do in its folder: start, resume, or nothing.
+        resumable: False for a streamed Hugging Face dataset, whose ids can't be
+            read ahead.
+        samples: Serves ``sample:`` inputs and models (smoke runs).
+    """
+
+    job: JobDefinition[Any]
+    spec: JobSpec
+    options: Any
+    stages: tuple[PlannedStage, ...]
+    input_rows: int | None
+    run_dir: RunDirectory
+    state: RunState
+    resumable: bool
+    lock: WriterLock
+    samples: SampleProvider | None = None
+
+    @property
+    def data(self) -> DataConfig:
+        return self.spec.data
+
+    @property
+    def dropped_columns(self) -> list[str]:
+        """Input columns the job doesn't write (e.g. image bytes)."""
+        return self.job.drop_columns(self.options) if self.job.drop_columns else []
+
+    @property
+    def required_columns(self) -> list[str]:
+        """Every column some stage reads, then the id column, once each."""
+        return list(dict.fromkeys([*(c for s in self.stages for c in s.required),
+                                   self.data.id_column]))
+
+    @property
+    def batch_size(self) -> int:
+        """The smallest stage batch: a result file holds whole batches of every stage."""
+        return min(stage.engine.batch_size for stage in self.stages)
+
+    def with_engines(self, engines: Mapping[str, EngineSettings]) -> RunPlan:
+        """The plan with some stages' engine sections replaced (by field); the spec
+        changed to match, so the run's record says what ran."""
+        if not engines:
+            return self
+        stages = tuple(dataclasses.replace(stage, engine=engines.get(stage.field, stage.engine))
+                       for stage in self.stages)
+        sections = {name: engines.get(f"stages.{name}", section)
+                    for name, section in self.spec.stages.items()}
+        spec = self.spec.model_copy(update={"engine": engines.get("engine", self.spec.engine),
+                                            "stages": sections})
+        return dataclasses.replace(self, spec=spec, stages=stages)
+
+    def release(self) -> None:
+        """The run is over (done, failed or stopped): another run may write the folder."""
+        self.lock.release()
