@@ -61,7 +61,7 @@ def test_a_gpu_stage_on_a_head_without_gpus_exits_3_naming_gpu_l4_and_the_fix(
     assert ("Error: engine needs 1 GPU (L4) and 1 CPU per worker, but no node of this "
             "cluster has a GPU (1 node: 4 CPUs, no GPU), and it adds no nodes") in result.stderr
     assert "Hint: Run engine on CPUs (--accelerator none)" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and "Exception in thread" not in result.stderr
     assert seconds < 90
     assert not list((tmp_path / "out").glob("part-*"))
 

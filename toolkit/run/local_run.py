@@ -157,8 +157,11 @@ def _run_on_ray(
                 # A Ray started here never grows, whatever its monitor has reported yet.
                 check_cluster_fits(plan.spec, cluster_state(fixed=connection.started_here))
                 with ray_data_quiet(log_file is not None):
-                    return run_planned(plan, log_file=log_file, on_notice=observer.notice,
-                                       on_phase=on_phase, started=started)
+                    summary = run_planned(plan, log_file=log_file, on_notice=observer.notice,
+                                          on_phase=on_phase, started=started)
+                if reporter is not None:
+                    reporter.ended(summary.seconds, summary.rows_per_second)
+                return summary
         except ToolkitError:
             raise
         except Exception as exc:

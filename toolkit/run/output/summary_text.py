@@ -25,7 +25,7 @@ def format_summary(summary: RunSummary, locations: bool = True) -> str:
         f"  rows written:  {summary.rows_written:,} "
         f"({summary.rows_ok:,} ok, "
         + (f"{summary.check_failed_rows:,} failed a check, " if summary.check_failed_rows
-           is not None else "")
+           else "")
         + f"{summary.error_rows:,} with an error)",
     ]
     if summary.rows_this_run is not None and summary.rows_this_run != summary.rows_in:

@@ -225,6 +225,12 @@ class ProgressReporter:
         #: What the run is doing before its first row (set by the run as it goes on);
         #: shown until this run writes a row.
         self.phase: str | None = None
+        self._ended: tuple[float, float] | None = None
+
+    def ended(self, seconds: float, rows_per_second: float) -> None:
+        """The run's own duration and rate (its summary's): the finished poll shows
+        these, so the last progress line and the summary give one time and one rate."""
+        self._ended = (seconds, rows_per_second)
 
     def poll(self, finished: bool = False) -> Progress:
         """Count now. ``finished``: the run completed, so what is written is the total."""
@@ -251,9 +257,12 @@ class ProgressReporter:
         elif total is not None and done > total:
             total = None  # more than expected: the estimate was wrong, not the files
         eta = 0.0 if finished else eta_seconds(done, total, rate)
+        elapsed = max(0.0, now - self._started)
+        if finished and self._ended is not None:
+            elapsed, rate = self._ended
         return Progress(rows_done=done, rows_total=total, rows_per_second=rate, eta_seconds=eta,
                         source="output", error_rows=errors,
-                        elapsed_seconds=max(0.0, now - self._started), finished=finished,
+                        elapsed_seconds=elapsed, finished=finished,
                         phase=self.phase if waiting else None,
                         checks=counts.checks or None)
 

@@ -120,15 +120,27 @@ def connect_ray(
     target = ray_target(address, os.environ)
     # The driver imports Ray Data next; that takes about as long as Ray's own start,
     # during which this process mostly waits on Ray's, so both go at once.
-    threading.Thread(target=importlib.import_module, args=("ray.data",),
+    threading.Thread(target=_import_quietly, args=("ray.data",),
                      name="import-ray-data", daemon=True).start()
     if target in (None, "local"):
         # "local" even without an address: ray.init(address=None) would join whatever
         # cluster /tmp/ray/ray_current_cluster names, a stale one left by a killed head too.
-        context = ray.init(address="local", log_to_driver=True, configure_logging=True,
-                           logging_level="WARNING", num_cpus=local_logical_cpus(),
-                           include_dashboard=dashboard,
-                           _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+        try:
+            context = ray.init(address="local", log_to_driver=True, configure_logging=True,
+                               logging_level="WARNING", num_cpus=local_logical_cpus(),
+                               include_dashboard=dashboard,
+                               _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+        except Exception as exc:  # noqa: BLE001 - one paragraph, not Ray's traceback
+            if debug_enabled():
+                raise
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BackendUnavailableError(
+                f"Ray could not start on this machine: {reason}",
+                hint="Ray waits 30 s for its processes; a machine short of CPU or memory "
+                "(another Ray, a heavy job) can take longer. Run the same command again "
+                "once it is quieter, or start Ray yourself (ray start --head) and pass "
+                "--address auto. Ray's own logs: /tmp/ray/session_latest/logs.",
+            ) from None
         return RayConnection(
             address=str(context.address_info.get("gcs_address") or "local"),
             dashboard_url=_with_scheme(context.dashboard_url),
@@ -166,6 +178,13 @@ def connect_ray(
         on_this_machine=on_this_machine,
         warnings=(warning,) if warning else (),
     )
+
+
+def _import_quietly(module: str) -> None:
+    """Import ``module`` ahead of its use. Any error is left for the import that needs
+    it; one while the process exits early (an error before the run) is no news."""
+    with contextlib.suppress(BaseException):
+        importlib.import_module(module)
 
 
 def stop_local_ray() -> None:

@@ -44,7 +44,7 @@ engine:
   model: Qwen/Qwen2.5-7B-Instruct
   batch_size: 64
 sampling:
-  max_tokens: 8
+  max_tokens: 16              # room for the longest choice, with a tokenizer that splits it
 """
 
 PYTHON_JOB = '''\
@@ -107,7 +107,7 @@ JOB = JobDefinition(
     defaults={{
         "data": {{"input": "{sample}", "id_column": "review_id", "output": "out/{name}"}},
         "engine": {{"kind": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct", "batch_size": 64}},
-        "sampling": {{"max_tokens": 8}},
+        "sampling": {{"max_tokens": 16}},
     }},
     smoke_overrides={{"engine.model": "sample:tiny-chat"}},
 )
