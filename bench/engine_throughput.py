@@ -12,7 +12,7 @@ Ray, so the figures compare the engines and not the cluster. Prints rows/s for:
 - ours with only rows ordered by length into calls of ``--rows-per-call``;
 - ours as it runs (all of the above but the per-call cut unless given).
 
-All of ours are choice-constrained (what text-industry runs: the xgrammar mask,
+All of ours are choice-constrained (what text-industry runs: the grammar's token mask,
 which also stops a row once its choice is complete).
 
 Usage:

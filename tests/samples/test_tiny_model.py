@@ -240,3 +240,31 @@ def test_xgrammar_understands_the_tokenizer_and_constrains_generation(tokenizer,
         output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
     )
     assert all(re.fullmatch(r"\d{2}-\d{2}-\d{4}", text) for text in texts), texts
+
+
+def test_llguidance_understands_the_tokenizer_and_constrains_generation(tokenizer, model):
+    pytest.importorskip("llguidance")
+    from toolkit.engines.transformers.chat_engine import (
+        GrammarLogitsProcessor,
+        compile_grammar,
+        grammar_tokenizer,
+    )
+
+    info = grammar_tokenizer(tokenizer, model.config.vocab_size)
+    assert info.eos_tokens == [tokenizer.eos_token_id]
+    grammar = compile_grammar(info, {"regex": r"\d{2}-\d{2}-\d{4}"})
+
+    prompts = [
+        tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    ] * 2
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    prompt_len = batch["input_ids"].shape[1]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        output = model.generate(
+            **batch, max_new_tokens=16, do_sample=True,
+            logits_processor=[GrammarLogitsProcessor(grammar, [16, 16], prompt_len)],
+        )
+
+    texts = tokenizer.batch_decode(output[:, prompt_len:], skip_special_tokens=True)
+    assert all(re.fullmatch(r"\d{2}-\d{2}-\d{4}", text) for text in texts), texts

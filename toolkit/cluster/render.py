@@ -134,8 +134,8 @@ def _package_requirements(extra: str | None) -> list[str]:
 def job_requirements(spec: JobSpec, image_uri: str | None) -> list[str]:
     """pip requirements the job needs on top of ``image_uri``, kept minimal.
 
-    The ray-llm images already ship vLLM, transformers, torch, xgrammar, pydantic,
-    pyyaml and jinja2, so only ``datasets`` (for ``hf://`` inputs) is added there.
+    The ray-llm images already ship vLLM (with xgrammar and llguidance), transformers,
+    torch, pydantic, pyyaml and jinja2, so only ``datasets`` (for ``hf://`` inputs) is added there.
     On another Anyscale image, the toolkit's own runtime packages and the engine's
     extra of this package (``vllm`` -> ``ray[llm]``, ``transformers`` -> the
     ``local`` extra). ``image_uri=None`` is a Ray cluster whose image we don't

@@ -4,7 +4,7 @@ The model is useless for quality but real in every way that matters to a
 pipeline: it loads with ``AutoTokenizer`` / ``AutoModelForCausalLM``, has a
 chat template, eos/pad tokens and a generation config, and its byte-level BPE
 tokenizer round-trips any Unicode text and is understood by grammar engines
-such as xgrammar. It lets CPU tests and demos run end to end with no download.
+such as xgrammar and llguidance. It lets CPU tests and demos run end to end with no download.
 
 Layout written into the target directory::
 

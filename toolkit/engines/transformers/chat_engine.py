@@ -15,9 +15,12 @@ Why it is fast (``bench/engine_throughput.py`` measures each point alone):
 - at temperature 0 an identical prompt is answered once per actor, and rows
   that already failed never reach the model;
 - structured outputs (``choice``/``regex``/``json``/``grammar``, vLLM's names) go
-  through xgrammar, the library vLLM itself uses, as a token mask at each step,
-  so a constrained answer needs only as many decode steps as its tokens and is
-  always valid; grammars are compiled once per actor and cached.
+  through llguidance (one of vLLM's structured-output backends; a small Rust
+  library with no GPU compiler stack behind it), as a token mask at each step, so
+  a constrained answer needs only as many decode steps as its tokens and is
+  always valid; grammars are compiled once per actor and cached. Each constraint
+  is written so that it allows what vLLM's default backend, xgrammar, allows
+  (:func:`structured_output_grammar`).
 """
 
 from __future__ import annotations
@@ -55,22 +58,152 @@ if TYPE_CHECKING:
     from toolkit.spec.sample_sources import SampleProvider
 
 
-def structured_output_grammar(constraint: dict[str, Any]) -> tuple[str, str]:
-    """Map a vLLM ``structured_outputs`` dict to an xgrammar (kind, source) pair."""
+def structured_output_grammar(constraint: dict[str, Any]) -> str:
+    """Map a vLLM ``structured_outputs`` dict to an llguidance grammar that allows
+    what xgrammar, vLLM's default backend, allows for it: a regex as xgrammar reads
+    it (:func:`toolkit.spec.structured_regex.engine_regex`), and a JSON schema with
+    xgrammar's defaults (any JSON whitespace between tokens; \\uXXXX escapes in
+    strings; an object schema that names properties or required ones takes no others
+    unless it says so)."""
+    from llguidance import LLMatcher, grammar_from
+
     if "choice" in constraint:
         choices = [str(c) for c in constraint["choice"]]
-        alternatives = " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
-        return "ebnf", f"root ::= {alternatives}"
+        if not choices:
+            raise ValueError("structured_outputs choice is an empty list")
+        return LLMatcher.grammar_from_lark(
+            "start: " + " | ".join(json.dumps(c) for c in choices))
     if "regex" in constraint:
-        return "regex", str(constraint["regex"])
+        from toolkit.spec.structured_regex import engine_regex
+
+        return LLMatcher.grammar_from_regex(engine_regex(str(constraint["regex"])))
     if "json" in constraint:
         schema = constraint["json"]
-        return "json_schema", schema if isinstance(schema, str) else json.dumps(schema)
+        schema = json.loads(schema) if isinstance(schema, str) else schema
+        return LLMatcher.grammar_from_json_schema(
+            json.dumps(_closed_objects(schema)),
+            defaults={"whitespace_flexible": True, "json_allow_general_unicode_escapes": True})
     if "grammar" in constraint:
-        return "ebnf", str(constraint["grammar"])
+        return grammar_from("grammar", str(constraint["grammar"]))
     raise ValueError(
         f"unsupported structured_outputs {sorted(constraint)}; use choice, regex, json or grammar"
     )
+
+
+#: JSON schema keywords whose value is a schema, a list of schemas, or a map of them.
+_SUBSCHEMA = ("items", "additionalItems", "additionalProperties", "unevaluatedProperties",
+              "not", "if", "then", "else", "contains", "propertyNames")
+_SUBSCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf", "items")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions",
+                   "dependentSchemas")
+
+
+def _closed_objects(schema: Any) -> Any:
+    """``schema`` with xgrammar's strict mode spelled out: an object schema that names
+    ``properties`` or ``required`` ones and doesn't say ``additionalProperties`` takes
+    no others (``{"type": "object"}`` alone stays any object, as in xgrammar)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA:
+        if isinstance(out.get(key), dict):
+            out[key] = _closed_objects(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_closed_objects(s) for s in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _closed_objects(s) for name, s in out[key].items()}
+    if ("properties" in out or "required" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+class CompiledGrammar(NamedTuple):
+    """A grammar compiled for one tokenizer: a matcher at its start, copied for each row."""
+
+    matcher: Any  # llguidance.LLMatcher
+    vocab_size: int
+    eos_ids: frozenset[int]
+    tokens: "TokenBytes"
+
+    def new_matcher(self) -> Any:
+        return self.matcher.deep_copy()
+
+
+class TokenBytes:
+    """Each token's bytes, to find the tokens that spell a part of a forced stretch.
+
+    Where the grammar leaves one way to go on (the rest of a choice once its first
+    letters tell it apart), llguidance allows only the first token of that
+    stretch's canonical tokenization; xgrammar, vLLM's default, allows any token
+    that spells a piece of it, and the model picks. :class:`GrammarLogitsProcessor`
+    adds those tokens back, so greedy answers go token by token as on vLLM.
+    Built on first use (one pass over the vocabulary), once per tokenizer.
+    """
+
+    def __init__(self, grammar_tokenizer: Any) -> None:
+        self.tokenizer = grammar_tokenizer
+        self._by_bytes: dict[bytes, list[int]] | None = None
+        self._sorted: list[tuple[bytes, int]] = []
+
+    def _build(self) -> dict[bytes, list[int]]:
+        if self._by_bytes is None:
+            tokenizer = self.tokenizer
+            by_bytes: dict[bytes, list[int]] = {}
+            for token in range(tokenizer.vocab_size):
+                if tokenizer.is_special_token(token):
+                    continue
+                spelled = tokenizer.decode_bytes([token])
+                if spelled:
+                    by_bytes.setdefault(spelled, []).append(token)
+            self._sorted = sorted((b, t) for b, ids in by_bytes.items() for t in ids)
+            self._by_bytes = by_bytes
+        return self._by_bytes
+
+    def spelling_part_of(self, forced: bytes) -> tuple[list[int], list[int]]:
+        """(tokens whose bytes begin ``forced``: all allowed; tokens whose bytes
+        begin with ``forced`` and go on: allowed where the grammar takes them)."""
+        from bisect import bisect_right
+
+        by_bytes = self._build()
+        within = [t for end in range(1, len(forced) + 1) for t in by_bytes.get(forced[:end], ())]
+        beyond = []
+        for spelled, token in self._sorted[bisect_right(self._sorted, (forced, 1 << 62)):]:
+            if not spelled.startswith(forced):
+                break
+            beyond.append(token)
+        return within, beyond
+
+
+def grammar_tokenizer(tokenizer: Any, vocab_size: int) -> Any:
+    """An ``llguidance.LLTokenizer`` for a Hugging Face (fast) tokenizer, whose stop
+    token is the tokenizer's end-of-sequence token, as xgrammar's would be."""
+    from copy import copy
+
+    from llguidance import LLTokenizer
+
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise ValueError("structured outputs need a fast (Rust) tokenizer; "
+                         f"{type(tokenizer).__name__} isn't one")
+    backend = copy(tokenizer.backend_tokenizer)  # its padding settings are not ours to change
+    backend.no_padding()
+    backend.no_truncation()
+    return LLTokenizer(backend.to_str(), n_vocab=vocab_size, eos_token=tokenizer.eos_token_id)
+
+
+def compile_grammar(grammar_tokenizer: Any, constraint: dict[str, Any],
+                    token_bytes: TokenBytes | None = None) -> CompiledGrammar:
+    """Compile a ``structured_outputs`` dict; ValueError says why it can't be.
+    ``token_bytes``: the tokenizer's, shared by its grammars (else one of its own)."""
+    from llguidance import LLMatcher
+
+    token_bytes = token_bytes or TokenBytes(grammar_tokenizer)
+    matcher = LLMatcher(grammar_tokenizer, structured_output_grammar(constraint), log_level=0)
+    if matcher.is_error():
+        raise ValueError(f"structured_outputs can't be compiled: {matcher.get_error()}")
+    return CompiledGrammar(matcher, grammar_tokenizer.vocab_size,
+                           frozenset(grammar_tokenizer.eos_tokens), token_bytes)
 
 
 #: Greedy answers an actor remembers, by prompt (a few MB at most).
@@ -123,8 +256,9 @@ class TransformersChatEngine:
         self.max_model_len = int(engine_kwargs.get("max_model_len") or config_limit or 4096)
         # Extra chat template arguments (e.g. enable_thinking), as vLLM's stage passes them.
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self._compiler: Any = None
-        self._grammars: dict[str, Any] = {}
+        self._grammar_tokenizer: Any = None
+        self._token_bytes: TokenBytes | None = None
+        self._grammars: dict[str, CompiledGrammar] = {}
         # vLLM's setting, with vLLM's default (on); off only to compare answers or speed.
         self.prefixes = (
             PrefixCache(self.model, self.tokenizer.pad_token_id, self.device)
@@ -147,23 +281,16 @@ class TransformersChatEngine:
         )
 
     # -- structured outputs -------------------------------------------------
-    def _compiled_grammar(self, constraint: dict[str, Any]) -> Any:
+    def _compiled_grammar(self, constraint: dict[str, Any]) -> CompiledGrammar:
         key = json.dumps(constraint, sort_keys=True, default=str)
         if key not in self._grammars:
-            import xgrammar as xgr
-
-            if self._compiler is None:
+            if self._grammar_tokenizer is None:
                 # Multimodal configs keep the decoder's vocabulary in a nested text config.
                 vocab_size = self.model.config.get_text_config().vocab_size
-                info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab_size)
-                self._compiler = xgr.GrammarCompiler(info)
-            kind, source = structured_output_grammar(constraint)
-            compile_fn = {
-                "ebnf": self._compiler.compile_grammar,
-                "regex": self._compiler.compile_regex,
-                "json_schema": self._compiler.compile_json_schema,
-            }[kind]
-            self._grammars[key] = compile_fn(source)
+                self._grammar_tokenizer = grammar_tokenizer(self.tokenizer, vocab_size)
+                self._token_bytes = TokenBytes(self._grammar_tokenizer)
+            self._grammars[key] = compile_grammar(self._grammar_tokenizer, constraint,
+                                                  self._token_bytes)
         return self._grammars[key]
 
     # -- generation ---------------------------------------------------------
@@ -447,37 +574,77 @@ class TokenLogprobs:
 
 
 class GrammarLogitsProcessor:
-    """xgrammar's token mask for a batch whose rows stop at different lengths.
+    """The grammar's token mask for a batch whose rows stop at different lengths.
 
-    Like ``xgrammar.contrib.hf.LogitsProcessor`` (one matcher per row, a new
-    processor per ``generate`` call), except that a row past its own token budget
-    is left alone: ``generate`` pads it from then on, and those pads are not tokens
-    its grammar should see.
+    One matcher per row, a new processor per ``generate`` call, as vLLM keeps one
+    per request: at each step a row's matcher takes the token the row got last, then
+    allows the tokens that can continue a valid answer, and the stop token only
+    where the answer is complete. A row past its own token budget, or that already
+    stopped, is left alone: ``generate`` pads it from then on, and those pads are
+    not tokens its grammar should see.
     """
 
-    def __init__(self, compiled_grammar: Any, budgets: Sequence[int], prompt_len: int) -> None:
-        import xgrammar as xgr
+    def __init__(self, grammar: CompiledGrammar, budgets: Sequence[int], prompt_len: int) -> None:
+        import torch
 
-        self.xgr = xgr
+        self.torch = torch
         self.budgets = list(budgets)
         self.prompt_len = prompt_len
-        self.matchers = [xgr.GrammarMatcher(compiled_grammar) for _ in self.budgets]
-        vocab_size = compiled_grammar.tokenizer_info.vocab_size
-        self.bitmask = xgr.allocate_token_bitmask(len(self.budgets), vocab_size)
+        self.matchers = [grammar.new_matcher() for _ in self.budgets]
+        self.stopped = [False] * len(self.budgets)
+        self.eos_ids = grammar.eos_ids
+        self.tokens = grammar.tokens
+        self.vocab_size = grammar.vocab_size
+        # One bit per token, 32 to an int32, all allowed until a row's matcher fills its own.
+        self.bitmask = torch.full((len(self.budgets), (self.vocab_size + 31) // 32), -1,
+                                  dtype=torch.int32)
+        self._bits = torch.arange(32, dtype=torch.int32)
+        self._words = self.bitmask.numpy().view(np.uint32)  # the same memory, to set bits in
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         generated = input_ids.shape[1] - self.prompt_len
         for i, (matcher, budget) in enumerate(zip(self.matchers, self.budgets)):
-            if matcher.is_terminated() or generated > budget:
+            if self.stopped[i] or generated > budget:
                 continue  # finished (its stop token) or cut at its budget: now padding
-            if generated > 0 and not matcher.accept_token(int(input_ids[i, -1])):
-                raise RuntimeError("generated a token its structured output does not allow")
-            if generated < budget and not matcher.is_terminated():
-                matcher.fill_next_token_bitmask(self.bitmask, i)
-        device = scores.device
-        masked = scores if device.type == "cuda" else scores.to("cpu")
-        self.xgr.apply_token_bitmask_inplace(masked, self.bitmask.to(masked.device))
-        return masked.to(device)
+            if generated > 0:
+                token = int(input_ids[i, -1])
+                if token in self.eos_ids and matcher.is_accepting():
+                    self.stopped[i] = True
+                    continue
+                if not matcher.consume_token(token):
+                    raise RuntimeError("generated a token its structured output does not allow")
+            if generated < budget:
+                row = self.bitmask[i]
+                matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
+                if matcher.is_error():
+                    raise RuntimeError(f"structured output failed: {matcher.get_error()}")
+                forced = matcher.compute_ff_bytes()
+                if forced:
+                    self._allow_every_spelling(i, matcher, forced)
+        return apply_token_bitmask(scores, self.bitmask, self._bits)
+
+    def _allow_every_spelling(self, row: int, matcher: Any, forced: bytes) -> None:
+        """Allow, besides the canonical one, every token that spells a piece of the
+        stretch the grammar forces next (:class:`TokenBytes`)."""
+        within, beyond = self.tokens.spelling_part_of(forced)
+        beyond = [t for t in beyond if matcher.deep_copy().try_consume_tokens([t]) == 1]
+        words = self._words[row]
+        for token in (*within, *beyond):
+            if token < self.vocab_size:
+                words[token >> 5] |= np.uint32(1 << (token & 31))
+
+
+def apply_token_bitmask(scores: Any, bitmask: Any, bits: Any) -> Any:
+    """``scores`` with every token whose bit is 0 in its row of ``bitmask`` at -inf
+    (tokens past the bitmask's width too), in place."""
+    import torch
+
+    rows, words = bitmask.shape
+    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).view(rows, words * 32).bool()
+    width = min(scores.shape[1], allowed.shape[1])
+    scores[:, :width].masked_fill_(~allowed[:, :width].to(scores.device), -torch.inf)
+    scores[:, width:] = -torch.inf
+    return scores
 
 
 def _row_budget_criterion(budgets: Sequence[int], prompt_len: int) -> Any:

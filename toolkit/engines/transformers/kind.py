@@ -39,7 +39,7 @@ KIND = EngineKind(
     tasks=("generate", "classify", "embed", "image-classify"),
     summary="transformers (CPU/small GPU)",
     apply=apply_transformers,
-    packages={"torch": "torch", "transformers": "transformers", "xgrammar": "xgrammar"},
+    packages={"torch": "torch", "transformers": "transformers", "llguidance": "llguidance"},
     install_extra="local",
     missing_hint="Install the toolkit's local extra: pip install torch==2.13.0 && pip "
                  "install 'batch-llm-toolkit[local]' (the CPU torch first).",
