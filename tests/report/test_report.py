@@ -50,6 +50,22 @@ def dates_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return folder / "out", result.stdout
 
 
+@pytest.fixture(scope="module")
+def industry_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """text-industry's smoke run: a prompt job whose answer is one of nine declared
+    industries, from a tiny random-weight model that only ever picks a few of them."""
+    folder = tmp_path_factory.mktemp("industry")
+    toolkit("run", "text-industry", "--smoke", "--rows", "40", "--output", "out", cwd=folder)
+    return folder / "out"
+
+
+def sample_header(html: str) -> list[str]:
+    """The sample table's column names, left to right."""
+    table = html[html.index("<h2>Sample rows</h2>"):]
+    header = table[table.index("<tr>"):table.index("</tr>")]
+    return re.findall(r"<th[^>]*>([^<]*)</th>", header)
+
+
 def summary_of(output: Path) -> dict:
     return json.loads((output / "_summary.json").read_text())
 
@@ -255,3 +271,125 @@ def test_without_matplotlib_the_report_has_its_figures_but_no_charts(dates_run, 
     html = (tmp_path / "page.html").read_text()
     assert "<svg" not in html and "lacks matplotlib" in html
     assert stat(html, "rows-written") == f"{summary_of(dates_run[0])['rows_written']:,}"
+
+
+def test_the_sample_table_shows_results_beside_the_id_and_inputs_after(industry_run):
+    """A dozen input columns used to come first, pushing the results off-screen."""
+    html = (industry_run / REPORT_FILE).read_text()
+    data = gather_report_data(RunDirectory(str(industry_run)))
+    header = sample_header(html)
+    assert header[:3] == ["Index", "inferred_industry", "inferred_industry_confidence"]
+    last_result = max(header.index(c) for c in data.result_columns)
+    assert "Company" in data.input_columns
+    assert all(header.index(c) > last_result for c in data.input_columns)
+
+
+def test_every_declared_choice_is_charted_even_those_no_row_got(industry_run):
+    """The chart of a choice column lists all nine industries: that no company was
+    called a Law Firm is a finding, not a bar to leave out."""
+    choices = json.loads((industry_run / "_manifest.json").read_text())["spec"]["output"]["choice"]
+    assert summary_of(industry_run)["choices"] == {"inferred_industry": choices}
+    data = gather_report_data(RunDirectory(str(industry_run)))
+    column = next(c for c in data.columns if c.name == "inferred_industry")
+    assert column.kind == "categories" and column.choices == choices
+    counts = dict(column.categories)
+    assert set(counts) == set(choices)
+    assert 0 in counts.values(), "the tiny model gave every industry to some row?"
+    assert sum(counts.values()) == column.values
+    # On the page each is an HTML label (it wraps in the reader's font, never clipped).
+    html = (industry_run / REPORT_FILE).read_text()
+    for choice in choices:
+        assert re.search(rf'class="bar-label[^"]*">{re.escape(choice)}</div>', html), choice
+
+
+def test_free_text_gets_a_length_histogram_and_examples_not_a_bar_per_value(dates_run,
+                                                                           tmp_path):
+    """Twenty different replies over sixty rows: few enough distinct values to pass for
+    labels, but sentences; drawn as their lengths, with a few shown in full."""
+    copy = tmp_path / "out"
+    shutil.copytree(dates_run[0], copy)
+    part = next(copy.glob("part-*.parquet"))
+    table = pq.read_table(part)
+    replies = [f"Thank you for review {i % 20}: we are glad the order arrived on time."
+               for i in range(table.num_rows)]
+    pq.write_table(table.append_column("reply", pa.array(replies)), part)
+    summary = summary_of(copy)
+    summary["samples"][0]["reply"] = replies[0]  # a result column of the job
+    (copy / "_summary.json").write_text(json.dumps(summary))
+
+    data = gather_report_data(RunDirectory(str(copy)))
+    reply = next(c for c in data.columns if c.name == "reply")
+    assert reply.kind == "text" and reply.categories == []
+    assert len(reply.sample) == table.num_rows  # one length a row: the histogram
+    assert 1 <= len(reply.examples) <= 3 and reply.examples[0] in replies
+    # Short labels are still bars.
+    assert next(c for c in data.columns if c.name == "finish_reason").kind == "categories"
+
+    toolkit("report", str(copy), cwd=tmp_path)
+    html = (copy / REPORT_FILE).read_text()
+    card = html[html.index("<h3>reply</h3>"):]
+    card = card[:card.index("</p>")]
+    assert "<svg" in card and "bar-label" not in card
+    assert "free text: length in characters" in card
+    assert f"<li>{replies[0]}</li>" in card
+
+
+def test_a_vision_run_shows_each_sample_pictures_thumbnail_in_a_small_file(caption_run):
+    """vlm-caption keeps each picture's path, not its bytes: the report draws the
+    pictures it names beside their captions, small, inside the page."""
+    output, _ = caption_run
+    html = (output / REPORT_FILE).read_text()
+    data = gather_report_data(RunDirectory(str(output)))
+    header = sample_header(html)
+    assert header[:3] == ["path", "image", "generated_caption"]
+    thumbnails = re.findall(r'<img src="(data:image/(?:jpeg|png);base64,[^"]+)"', html)
+    good_rows = [row for row in data.sample_rows if not row["error"]]
+    assert len(thumbnails) == len(good_rows) == len(data.thumbnails)  # broken ones: none
+    assert sum(len(t) for t in thumbnails) <= 200_000
+    assert len(html) < 400_000
+
+
+def test_thumbnails_come_from_a_local_parquet_input_when_the_output_dropped_the_bytes(
+        tmp_path):
+    """image-classify on a parquet file of encoded pictures: the output keeps the id
+    only, so the pictures are read back from the input, for the sample rows only."""
+    from PIL import Image
+
+    from toolkit.run.output.report.thumbnails import sample_thumbnails
+
+    def png(colour: str) -> bytes:
+        import io
+        buffer = io.BytesIO()
+        Image.new("RGB", (300, 200), colour).save(buffer, "PNG")
+        return buffer.getvalue()
+
+    images = tmp_path / "images.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"],
+                             "jpg": [png("red"), b"not a picture", png("blue")]}), images)
+    spec = {"data": {"input": str(images)}, "options": {"image_column": "jpg"}}
+    rows = [{"id": "a", "label": "x"}, {"id": "b", "label": "y"}, {"id": "zz", "label": "z"}]
+    thumbnails = sample_thumbnails(rows, "id", spec)
+    assert list(thumbnails) == ["a"]  # "b" does not decode, "zz" is not in the input
+    assert thumbnails["a"].startswith("data:image/jpeg;base64,")
+    # An input that is not local, or gone, gives no thumbnails and no error.
+    assert sample_thumbnails(rows, "id", {**spec, "data": {"input": "hf://some/set"}}) == {}
+    assert sample_thumbnails(rows, "id", {**spec, "data": {"input": str(tmp_path / "x")}}) == {}
+
+
+def test_the_top_cards_split_rows_written_into_ok_failed_a_check_and_errors(caption_run):
+    """46 of 50 captions were cut off at max_tokens: they are not ok, and the cards say
+    where every written row went."""
+    output, _ = caption_run
+    html = (output / REPORT_FILE).read_text()
+    summary = summary_of(output)
+    number = lambda name: int(stat(html, name).replace(",", ""))  # noqa: E731
+    assert summary["check_failed_rows"] > 0
+    assert number("rows-ok") == summary["rows_ok"]
+    assert number("check-failed-rows") == summary["check_failed_rows"]
+    assert number("rows-ok") + number("check-failed-rows") + number("error-rows") \
+        == number("rows-written")
+    assert re.search(rf'id="row-split">Of {summary["rows_written"]:,} rows written: '
+                     rf'{summary["rows_ok"]:,} ok, {summary["check_failed_rows"]:,} failed a '
+                     rf'check, {summary["error_rows"]:,} error rows', html)
+    # Green only when every row is ok.
+    assert not re.search(r'class="stat good"><div class="label">ok<', html)

@@ -118,6 +118,10 @@ class RunSummary(BaseModel):
         default_factory=dict, description="Rows by finish_reason: stop, length, error.")
     confidence: dict[str, ConfidenceSummary] = Field(
         default_factory=dict, description="Each *_confidence column's distribution.")
+    choices: dict[str, list[str]] = Field(
+        default_factory=dict, description="Result columns whose answer is held to a "
+        "declared list (a stage's structured_output choice): column -> the choices, in "
+        "the declared order, so a report shows the ones no row got.")
     attempts: list[Attempt] = Field(
         default_factory=list, description="The first run and each retry, oldest first "
         "(empty for a run never retried).")
@@ -285,6 +289,7 @@ def summarize_output(
         smoke=spec.uses_sample_model,
         figures=figures,
         **quality,
+        choices=declared_choices(job, options),
         attempts=attempts or [],
         notes=notes,
         samples=good.to_pylist(),
@@ -293,6 +298,24 @@ def summarize_output(
     )
     run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
     return summary
+
+
+def declared_choices(job: "JobDefinition[Any]", options: Any) -> dict[str, list[str]]:
+    """column -> choices of each stage held to a ``{"choice": [...]}`` constraint.
+
+    The constraint is on the generated text, not on a column: the column is the stage's
+    one text result (a ``*_confidence`` beside it is a number). A stage with several
+    text columns is left out rather than guessed at."""
+    choices: dict[str, list[str]] = {}
+    for stage in job.stage_list:
+        constraint = stage.structured_output(options)
+        if not isinstance(constraint, dict) or not isinstance(constraint.get("choice"), list):
+            continue
+        text = [name for name, alias in stage.result_columns(options).items()
+                if alias in ("string", "large_string")]
+        if len(text) == 1:
+            choices[text[0]] = [str(choice) for choice in constraint["choice"]]
+    return choices
 
 
 def repeated_ids(ids: Any) -> tuple[int, str] | None:

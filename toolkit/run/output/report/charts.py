@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from toolkit.run.output.report.report_data import ColumnFigures, WritePoint
 
 ACCENT = "#3b6fd8"
@@ -67,32 +69,12 @@ def _svg(figure: Any) -> str:
 
 
 def column_chart(column: ColumnFigures) -> str | None:
-    """An SVG chart fitting the column's type, or None where a sentence says it better."""
-    if column.kind == "categories" and column.categories:
-        return _bars(column.categories)
+    """An SVG chart fitting the column's type, or None where a sentence says it better
+    or the page draws it (categories: :func:`category_bars`)."""
     if column.kind in ("numbers", "confidence", "text") and column.sample:
         return _histogram(column.sample, confidence=column.kind == "confidence",
                           xlabel="characters" if column.kind == "text" else column.name)
     return None
-
-
-def _bars(categories: list[tuple[str, int]]) -> str:
-    shown = categories[:MAX_BARS]
-    rest = categories[MAX_BARS:]
-    if rest:
-        shown = [*shown, (f"({len(rest)} others)", sum(count for _, count in rest))]
-    labels = [_label(value) for value, _ in shown][::-1]
-    counts = [count for _, count in shown][::-1]
-    with _figure(height=max(1.6, 0.28 * len(shown) + 0.8)) as (figure, axes):
-        bars = axes.barh(range(len(counts)), counts, color=ACCENT, height=0.7)
-        axes.set_yticks(range(len(counts)), labels)
-        axes.bar_label(bars, labels=[f"{c:,}" for c in counts], padding=3, fontsize=9,
-                       color="#4a5160")
-        axes.grid(axis="y", visible=False)
-        axes.set_xlim(0, max(counts) * 1.15)
-        _thousands(axes.xaxis)
-        axes.set_xlabel("rows")
-        return _svg(figure)
 
 
 def _histogram(values: list[float], confidence: bool, xlabel: str) -> str:
@@ -210,6 +192,32 @@ def _thousands(axis: Any) -> None:
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
 
 
+class Bar(BaseModel):
+    """One bar of a category chart, which the page draws as HTML: a label there wraps
+    in the reader's own font, where an SVG's was measured in another and got clipped."""
+
+    label: str
+    rows: int
+    percent: float = Field(description="Of the longest bar, 0 to 100.")
+    declared: bool = Field(description="One of the column's declared choices.")
+
+
+def category_bars(column: ColumnFigures) -> list[Bar]:
+    """The bars of a categories column, most rows first: every declared choice (0 rows
+    too), and at most MAX_BARS undeclared values, the rest summed into one bar."""
+    declared = set(column.choices)
+    shown = [(value, rows) for value, rows in column.categories if value in declared]
+    others = [(value, rows) for value, rows in column.categories if value not in declared]
+    room = max(0, MAX_BARS - len(shown))
+    if len(others) > room:
+        rest = others[room:]
+        others = [*others[:room], (f"({len(rest)} others)", sum(rows for _, rows in rest))]
+    bars = sorted([*shown, *others], key=lambda bar: -bar[1])  # stable: declared order on ties
+    longest = max((rows for _, rows in bars), default=0) or 1
+    return [Bar(label=_label(value), rows=rows, percent=round(100 * rows / longest, 2),
+                declared=value in declared) for value, rows in bars]
+
+
 def _label(value: str) -> str:
     value = " ".join(value.split()) or "(empty)"
-    return value if len(value) <= 28 else value[:27] + "…"
+    return value if len(value) <= 80 else value[:79] + "…"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.run.output.report.charts import column_chart, throughput_chart
+from toolkit.run.output.report.charts import category_bars, column_chart, throughput_chart
 from toolkit.run.output.report.report_data import ReportData
 
 TEMPLATE = "report.html.j2"
@@ -30,7 +30,8 @@ def render_page(data: ReportData) -> str:
     except ImportError:
         can_draw = False
     # The only markup not escaped: SVG that matplotlib wrote (it escapes the labels).
-    charts = [(column, Markup(svg) if can_draw and (svg := column_chart(column)) else None)
+    charts = [(column, Markup(svg) if can_draw and (svg := column_chart(column)) else None,
+               category_bars(column) if column.kind == "categories" else [])
               for column in data.columns]
     throughput = throughput_chart(data.writes) if can_draw else None
     summary = data.summary
@@ -38,8 +39,17 @@ def render_page(data: ReportData) -> str:
         data=data, summary=summary, charts=charts, can_draw=can_draw,
         throughput=Markup(throughput) if throughput else None,
         steady_rate=_steady_rate(data),
-        sample_columns=[data.id_column, *data.input_columns, *data.result_columns, "error"],
+        # What the run produced first, beside the id (and the picture): with a dozen
+        # input columns first, the results were off-screen to the right.
+        sample_columns=[data.id_column, *data.result_columns,
+                        *_filled([data.check_column, "error"], data), *data.input_columns],
     )
+
+
+def _filled(columns: list[str | None], data: ReportData) -> list[str]:
+    """Those of ``columns`` some sample row has a value in: an empty error column
+    would only push the inputs further right."""
+    return [c for c in columns if c and any(row.get(c) for row in data.sample_rows)]
 
 
 def _number(value: Any, digits: int = 1) -> str:

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from toolkit.run.output.report.thumbnails import sample_thumbnails
 from toolkit.run.output.run_directory import SUMMARY_FILE, RunDirectory
 from toolkit.run.output.summary import TOKEN_COLUMNS, RunSummary
-from toolkit.spec.row_contract import ERROR_COLUMN
+from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow
@@ -28,8 +29,13 @@ if TYPE_CHECKING:
 #: Values a histogram or a length histogram is drawn from, at most: enough for a
 #: faithful shape, few enough that a 1M-row report takes seconds.
 MAX_CHART_VALUES = 50_000
-#: A text column with at most this many distinct values is drawn as categories.
+#: A text column with at most this many distinct values may be drawn as categories.
 MAX_CATEGORIES = 25
+#: Median characters above which a text column is free text whatever its distinct
+#: values (a tiny model's replies can all be the same sentence): labels are short.
+MAX_LABEL_CHARS = 40
+#: Examples shown under a free-text column's length histogram.
+TEXT_EXAMPLES = 3
 #: Rows shown in the sample table (ok rows, then error rows).
 SAMPLE_OK_ROWS = 12
 SAMPLE_ERROR_ROWS = 6
@@ -48,7 +54,14 @@ class ColumnFigures(BaseModel):
     values: int = Field(description="Non-null values in the column (all rows read).")
     nulls: int
     categories: list[tuple[str, int]] = Field(
-        default_factory=list, description="Value -> count, most common first (categories).")
+        default_factory=list, description="Value -> count, most common first (categories); "
+        "a declared choice no row got is there with 0.")
+    choices: list[str] = Field(
+        default_factory=list, description="The column's declared choices (the job's "
+        "structured_output choice list), in the declared order; empty when undeclared.")
+    examples: list[str] = Field(
+        default_factory=list, description="A few distinct values, cut to MAX_CELL_CHARS "
+        "(text).")
     sample: list[float] = Field(
         default_factory=list, description="Numbers, or text lengths in characters, of up to "
         "MAX_CHART_VALUES rows spread over the output (numbers, confidence, text).")
@@ -87,11 +100,19 @@ class ReportData(BaseModel):
     id_column: str
     input_columns: list[str]
     result_columns: list[str]
+    check_column: str | None = Field(
+        None, description="failed_checks, where the run wrote it: the checks each row "
+        "failed, shown beside its error (the Checks table counts them).")
+    text_columns: list[str] = Field(
+        default_factory=list, description="Result columns of free text (kind 'text').")
     columns: list[ColumnFigures]
     error_kinds: list[ErrorKind]
     other_error_rows: int = Field(0, description="Error rows beyond MAX_ERROR_KINDS kinds.")
     writes: list[WritePoint]
     sample_rows: list[dict[str, str]]
+    thumbnails: dict[str, str] = Field(
+        default_factory=dict, description="Sample row id -> a small picture of the row's "
+        "image as a data: URI (image jobs whose pictures can be found locally).")
     sampled_from: int = Field(description="Rows the histograms were drawn from.")
 
 
@@ -113,18 +134,46 @@ def gather_report_data(run_dir: RunDirectory) -> ReportData:
     dataset = run_dir.open_results(file_format)
     names = dataset.schema.names
     results = _result_columns(summary, names, id_column)
-    inputs = [n for n in names if n not in results and n not in (id_column, ERROR_COLUMN)]
-    columns, sampled = _column_figures(dataset, results)
+    check_column = FAILED_CHECKS_COLUMN if FAILED_CHECKS_COLUMN in names else None
+    inputs = [n for n in names if n not in results
+              and n not in (id_column, ERROR_COLUMN, FAILED_CHECKS_COLUMN)]
+    columns, sampled = _column_figures(dataset, results, declared_choices(summary, spec))
     kinds, other = _error_kinds(dataset, id_column)
+    samples = _sample_rows(dataset, id_column, inputs,
+                           [*results, *([check_column] if check_column else [])])
     return ReportData(
         output=summary.output, job=summary.job, model=engine.get("model"),
         engine=engine.get("kind"), fingerprint=manifest.fingerprint if manifest else None,
         finished_at=_modified(run_dir, SUMMARY_FILE),
         summary=summary, checks=_checks(raw), id_column=id_column, input_columns=inputs,
-        result_columns=results, columns=columns, error_kinds=kinds, other_error_rows=other,
-        writes=_writes(run_dir, dataset, summary), sample_rows=_sample_rows(
-            dataset, id_column, inputs, results), sampled_from=sampled,
+        result_columns=results, check_column=check_column,
+        text_columns=[c.name for c in columns if c.kind == "text"], columns=columns,
+        error_kinds=kinds, other_error_rows=other,
+        writes=_writes(run_dir, dataset, summary),
+        sample_rows=[{name: _cell(value) for name, value in row.items()} for row in samples],
+        thumbnails=_by_cell(sample_thumbnails(samples, id_column, spec), samples, id_column),
+        sampled_from=sampled,
     )
+
+
+def _by_cell(thumbnails: dict[str, str], rows: list[dict[str, Any]],
+             id_column: str) -> dict[str, str]:
+    """``thumbnails`` keyed by the id as the table shows it (a long path is cut there)."""
+    return {_cell(row[id_column]): thumbnails[str(row[id_column])] for row in rows
+            if str(row[id_column]) in thumbnails}
+
+
+def declared_choices(summary: RunSummary, spec: dict[str, Any]) -> dict[str, list[str]]:
+    """Result column -> its declared choices: the summary's (any job's structured_output
+    choice), else a prompt job's ``output.choice`` in the manifest's spec (a summary
+    written before it recorded them)."""
+    if summary.choices:
+        return summary.choices
+    output = spec.get("output")
+    if isinstance(output, dict) and isinstance(output.get("column"), str) \
+            and isinstance(output.get("choice"), list):
+        return {output["column"]: [str(choice) for choice in output["choice"]]}
+    return {}
 
 
 def _result_columns(summary: RunSummary, names: list[str], id_column: str) -> list[str]:
@@ -154,9 +203,13 @@ def _modified(run_dir: RunDirectory, name: str) -> str | None:
     return info.mtime.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigures], int]:
+def _column_figures(dataset: Any, columns: list[str], choices: dict[str, list[str]]
+                    ) -> tuple[list[ColumnFigures], int]:
     """Each column's figures, from batches of only those columns (every ``stride``-th
-    row kept for histograms). Returns them and how many rows the samples came from."""
+    row kept for histograms). Returns them and how many rows the samples came from.
+
+    ``choices``: the declared choices of columns that have them, each drawn as
+    categories with every choice in it."""
     import numpy
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -171,6 +224,7 @@ def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigure
     nulls = dict.fromkeys(columns, 0)
     norms: dict[str, list[float]] = {c: [] for c in columns}
     dims: dict[str, int | None] = dict.fromkeys(columns)
+    examples: dict[str, list[str]] = {c: [] for c in columns}
     seen = 0
     for batch in _scan(dataset, columns, batch_size=131_072).to_batches():
         keep = pa.array(range(-seen % stride, batch.num_rows, stride), pa.int64())
@@ -181,10 +235,16 @@ def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigure
             kind = _kind_of(name, schema.field(name).type)
             if kind in ("text", "categories"):
                 valid = array.drop_null()
-                if len(counts[name]) <= MAX_CATEGORIES:
+                if len(counts[name]) <= MAX_CATEGORIES + len(choices.get(name, ())):
                     counts[name].update(
                         {str(v.as_py()): c.as_py() for v, c in zip(
                             *pc.value_counts(valid).flatten())})
+                if len(examples[name]) < TEXT_EXAMPLES:
+                    for value in valid.unique()[:2 * TEXT_EXAMPLES].to_pylist():
+                        text = " ".join(str(value).split())
+                        if text and text not in examples[name] \
+                                and len(examples[name]) < TEXT_EXAMPLES:
+                            examples[name].append(_cell(text))
                 samples[name] += pc.utf8_length(pc.cast(array.take(keep), pa.string())
                                                 ).drop_null().to_pylist()
             elif kind in ("numbers", "confidence"):
@@ -207,21 +267,38 @@ def _column_figures(dataset: Any, columns: list[str]) -> tuple[list[ColumnFigure
     for name in columns:
         kind = _kind_of(name, schema.field(name).type)
         values = total - nulls[name]
-        if kind == "text" and 0 < len(counts[name]) <= MAX_CATEGORIES:
-            kind = "categories"
-        elif kind == "categories":
-            kind = "text"  # too many distinct values for bars: their lengths instead
+        declared = choices.get(name, [])
+        if kind in ("text", "categories"):
+            kind = ("categories" if declared or not _free_text(counts[name], samples[name],
+                                                                  values) else "text")
         if kind == "numbers" and counts[name]:
             kind = "categories"  # booleans
+        # Declared choices no row got are there too, with 0: that nothing was
+        # labelled "Other" is a finding, not a gap in the chart.
+        categories = [*counts[name].most_common(),
+                      *((choice, 0) for choice in declared if choice not in counts[name])]
         figures.append(ColumnFigures(
             name=name, kind=kind, values=values, nulls=nulls[name],
-            categories=counts[name].most_common() if kind == "categories" else [],
+            categories=categories if kind == "categories" else [], choices=declared,
+            examples=examples[name] if kind == "text" else [],
             sample=samples[name] if kind in ("numbers", "confidence", "text") else [],
             dimension=dims[name], mean_norm=(round(sum(norms[name]) / len(norms[name]), 4)
                                              if norms[name] else None),
             note="" if kind != "other" else f"not charted ({schema.field(name).type})",
         ))
     return figures, min(total, math.ceil(total / stride))
+
+
+def _free_text(counts: Counter[str], lengths: list[float], values: int) -> bool:
+    """Whether an undeclared text column is free text (captions, replies: a length
+    histogram) rather than labels (bars): many distinct values for its rows, or long
+    values. A bar per distinct caption would show every caption once, cut short."""
+    if not counts or len(counts) > MAX_CATEGORIES:
+        return True
+    if values >= 4 and len(counts) > values / 2:
+        return True
+    ordered = sorted(lengths)
+    return bool(ordered) and ordered[len(ordered) // 2] > MAX_LABEL_CHARS
 
 
 def _kind_of(name: str, arrow_type: "pyarrow.DataType") -> str:
@@ -316,15 +393,18 @@ def _scan(dataset: Any, columns: list[str], filter: Any = None,
 
 
 def _sample_rows(dataset: Any, id_column: str, inputs: list[str],
-                 results: list[str]) -> list[dict[str, str]]:
-    """The first ok rows and error rows, inputs beside outputs, each cell as short text."""
+                 results: list[str]) -> list[dict[str, Any]]:
+    """The first ok rows and error rows, with their values as read (a thumbnail needs
+    a whole path; the table cuts them)."""
     import pyarrow.compute as pc
 
-    columns = [id_column, *inputs, *results, ERROR_COLUMN]
+    columns = [id_column, *results, ERROR_COLUMN, *inputs]
     ok = _scan(dataset, columns, pc.field(ERROR_COLUMN).is_null()).head(SAMPLE_OK_ROWS)
     bad = _scan(dataset, columns, pc.field(ERROR_COLUMN).is_valid()).head(SAMPLE_ERROR_ROWS)
-    return [{name: _cell(value) for name, value in row.items()}
-            for row in ok.to_pylist() + bad.to_pylist()]
+    return ok.to_pylist() + bad.to_pylist()
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _cell(value: Any) -> str:
@@ -337,5 +417,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, list) and len(value) > 8:
         shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value[:8])
         return f"[{shown}, ... ({len(value)} values)]"
-    text = str(value)
+    # A random-weight model's text holds control characters (NUL among them), which
+    # HTML can't show; the replacement character says something was there.
+    text = _CONTROL.sub("\ufffd", str(value))
     return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS - 3] + "..."
