@@ -12,6 +12,8 @@ from toolkit.run.row_checks import CONFIDENCE_SUFFIX
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from toolkit.spec.job_definition import JobDefinition
     from toolkit.spec.models import JobSpec
 
