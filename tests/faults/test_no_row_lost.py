@@ -167,6 +167,8 @@ def test_a_stopped_run_says_what_it_kept_and_the_same_command_resumes(tmp_path, 
     assert said.group(2) == str(out)
     assert 300 <= int(said.group(1).replace(",", "")) <= settled_row_count(out, "Index") < ROWS
     assert "Traceback" not in stderr and "Aborted!" not in stderr
+    if stop == "sigterm":
+        return  # the folder is the same either way: one resume shows it resumes
 
     rerun = toolkit_run(out)
     stdout, _ = rerun.communicate(timeout=300)
