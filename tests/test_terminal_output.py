@@ -7,19 +7,15 @@ line always ends with the finished count.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import select
 import shutil
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+from tests.terminal_session import ANSI, run_on_terminal
+
 #: Ray's Python log lines: "2026-11-23 01:35:49,403\tINFO streaming_executor.py:215 -- ..."
 RAY_LOG_LINE = re.compile(r"\d{2}:\d{2}:\d{2},\d{3}\s+(DEBUG|INFO|WARNING|ERROR)\s")
 #: glog lines of Ray's C++ layer: "[2026-11-23 01:35:53,883 E 11446 11446] core_worker.cc:..."
@@ -32,41 +28,10 @@ def toolkit_command() -> str:
 
 
 def run_in_terminal(args: list[str], cwd: Path, timeout_s: float = 600) -> tuple[str, int]:
-    """Run toolkit with a pseudo-terminal (160 columns) as its stdin, stdout and stderr;
-    return everything it printed and its exit code (the standard library's pty, no
-    pexpect)."""
-    leader, follower = os.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-    process = subprocess.Popen(
-        [toolkit_command(), *args], stdin=follower, stdout=follower, stderr=follower,
-        cwd=cwd, env={**os.environ, "RAY_ADDRESS": "", "TERM": "xterm"},
-        start_new_session=True,
-    )
-    os.close(follower)
-    printed = bytearray()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            exited = process.poll() is not None
-            # Once it exited, what it printed is already buffered: drain, then stop.
-            ready, _, _ = select.select([leader], [], [], 0.2 if exited else 1.0)
-            if not ready:
-                if exited:
-                    break
-                continue
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: every writer closed the terminal
-                break
-            if not chunk:
-                break
-            printed += chunk
-        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(leader)
-    return printed.decode("utf-8", errors="replace"), code
+    """Run toolkit on a pseudo-terminal (160 columns); everything it printed and its
+    exit code."""
+    return run_on_terminal([toolkit_command(), *args], cwd,
+                           {**os.environ, "RAY_ADDRESS": "", "TERM": "xterm"}, timeout_s)
 
 
 def screen_lines(text: str) -> list[str]:

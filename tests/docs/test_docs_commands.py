@@ -20,20 +20,16 @@ page can't hold a command nobody checks.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import select
 import shlex
-import struct
-import subprocess
 import sys
-import termios
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.terminal_session import ANSI, run_on_terminal
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 PAGES = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]
@@ -173,44 +169,15 @@ def as_spec_check(command: str) -> str:
     return " ".join(w if w in CONTROL | REDIRECT else shlex.quote(w) for w in words[:-1])
 
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
 def in_terminal(command: str, cwd: Path, timeout_s: float = 600) -> tuple[list[str], int]:
-    """Run a shell command line with a pseudo-terminal as its stdin, stdout and stderr, as
-    tests/test_terminal_output.py runs toolkit; what it printed (one entry per line or per
-    redraw of the live line) and its exit code."""
-    leader, follower = os.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    """Run a shell command line on a pseudo-terminal, as tests/test_terminal_output.py
+    runs toolkit; what it printed (one entry per line or per redraw of the live line)
+    and its exit code."""
     # `toolkit` is this environment's, and a run starts its own Ray as a user's does.
     env = {**os.environ, "RAY_ADDRESS": "", "TERM": "xterm",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    process = subprocess.Popen(["bash", "-c", command], stdin=follower, stdout=follower,
-                               stderr=follower, cwd=cwd, env=env, start_new_session=True)
-    os.close(follower)
-    printed = bytearray()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            exited = process.poll() is not None
-            ready, _, _ = select.select([leader], [], [], 0.2 if exited else 1.0)
-            if not ready:
-                if exited:
-                    break
-                continue
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: every writer closed the terminal
-                break
-            if not chunk:
-                break
-            printed += chunk
-        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, 9)
-        os.close(leader)
-    text = ANSI.sub("", printed.decode("utf-8", errors="replace"))
+    printed, code = run_on_terminal(["bash", "-c", command], cwd, env, timeout_s)
+    text = ANSI.sub("", printed)
     return [line.rstrip() for line in re.split(r"[\r\n]+", text) if line.strip()], code
 
 
