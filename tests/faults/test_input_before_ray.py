@@ -217,6 +217,21 @@ def test_a_finished_run_run_again_answers_from_its_folder_without_ray(earlier_ru
     assert files_under(earlier_run / "out") == before
 
 
+def test_a_local_ray_that_cannot_start_is_one_paragraph_and_exit_3(tmp_path):
+    """Ray can't make its session folder here; under load its start times out instead
+    (30 s, fixed in Ray): either way the user reads why and what to try, not Ray's
+    traceback, and no thread of ours prints one as the process exits."""
+    (tmp_path / "a-file").write_text("")
+    result = toolkit("run", "text-industry", "--smoke", "--rows", "5", cwd=tmp_path,
+                     env={"RAY_TMPDIR": str(tmp_path / "a-file" / "ray")})
+
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "Error: Ray could not start on this machine: [Errno 20] Not a directory" \
+        in result.stderr
+    assert "Hint: Ray needs free memory and a writable temp folder" in result.stderr
+    assert "Traceback" not in result.stderr and "Exception in thread" not in result.stderr
+
+
 def unwritable_place(tmp_path: Path) -> tuple[Path, str]:
     """A file path this user can't write, and the OS's reason: a read-only folder,
     or (as root, whom permissions don't stop) a system folder that refuses files."""

@@ -134,12 +134,14 @@ def connect_ray(
             if debug_enabled():
                 raise
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            why = ("Ray waits 30 s for its processes, and a machine short of CPU or memory "
+                   "(another Ray, a heavy job) can take longer: run the same command again "
+                   "once it is quieter" if "timed out" in reason else
+                   "Ray needs free memory and a writable temp folder (/tmp/ray, or "
+                   "$RAY_TMPDIR); TOOLKIT_DEBUG=1 shows its traceback")
             raise BackendUnavailableError(
                 f"Ray could not start on this machine: {reason}",
-                hint="Ray waits 30 s for its processes; a machine short of CPU or memory "
-                "(another Ray, a heavy job) can take longer. Run the same command again "
-                "once it is quieter, or start Ray yourself (ray start --head) and pass "
-                "--address auto. Ray's own logs: /tmp/ray/session_latest/logs.",
+                hint=f"{why}. Or start Ray yourself (ray start --head) and pass --address auto.",
             ) from None
         return RayConnection(
             address=str(context.address_info.get("gcs_address") or "local"),
