@@ -81,7 +81,7 @@ class Embedder:
         return batch
 
 
-task, data, model, out, batch_size, num_cpus = sys.argv[1:7]
+task, data, model, batch_size, num_cpus, out = sys.argv[1:7]
 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
 (ray.data.read_parquet(data)
     .map_batches(Classifier if task == "text-classify" else Embedder,
@@ -144,8 +144,8 @@ def one_task(task: str, folder: Path, data: Path, args: argparse.Namespace) -> N
     toolkit = toolkit_command()
     sides = {
         "seeds' pattern": lambda n: [sys.executable, "seeds.py", task, str(data), model,
-                                     f"{task}-seeds{n}", str(args.batch_size),
-                                     str(args.num_cpus)],
+                                     str(args.batch_size), str(args.num_cpus),
+                                     f"{task}-seeds{n}"],
         "toolkit run": lambda n: [toolkit, "run", task, "--input", str(data), "--model", model,
                                   "--engine", "transformers", "--accelerator", "none",
                                   "--batch-size", str(args.batch_size), "--concurrency", "1",
@@ -158,7 +158,7 @@ def one_task(task: str, folder: Path, data: Path, args: argparse.Namespace) -> N
     for n in range(1, args.repeat + 1):
         for name, command in sides.items():
             figures[name].append(timed(command(n), folder))
-            written = rows_written(folder / command(n)[-1])
+            written = rows_written(folder / command(n)[-1])  # the output folder
             if written != args.rows:
                 sys.exit(f"{task}, {name}: wrote {written:,} rows of {args.rows:,}")
     base_wall = statistics.median(w for w, _ in figures["seeds' pattern"])
