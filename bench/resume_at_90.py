@@ -45,6 +45,7 @@ import psutil
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from side_by_side import toolkit_command  # noqa: E402
 from vs_bare_ray_data import project  # noqa: E402  (customers.csv, ident.py, ident.yaml)
 
 PARTIAL = ".partial-"  # a toolkit file being written; renamed to its name when whole
@@ -59,12 +60,6 @@ class Watched:
     peak_mib: float
     killed_at_rows: int | None = None
     killed_after_s: float | None = None
-
-
-def toolkit_command() -> str:
-    """The ``toolkit`` command of the Python running this benchmark, else the one on PATH."""
-    beside = Path(sys.executable).parent / "toolkit"
-    return str(beside) if beside.exists() else "toolkit"
 
 
 def part_files(out: Path) -> set[str]:

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from side_by_side import in_turns, print_sides, toolkit_command
 
 SEEDS = '''
 import os, sys
@@ -60,12 +59,6 @@ model = joblib.load(sys.argv[2])
     .map_batches(predict, fn_kwargs={{"model": model}}, num_cpus=2, batch_size=10_000)
     .write_parquet(sys.argv[3]))
 '''
-
-
-def toolkit_command() -> str:
-    """The ``toolkit`` command of the Python running this benchmark, else the one on PATH."""
-    beside = Path(sys.executable).parent / "toolkit"
-    return str(beside) if beside.exists() else "toolkit"
 
 
 def project(folder: Path, rows: int) -> tuple[Path, Path]:
@@ -92,31 +85,6 @@ def project(folder: Path, rows: int) -> tuple[Path, Path]:
     return data, model
 
 
-def timed(command: list[str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the whole process tree) of one command."""
-    before = os.times()
-    started = time.monotonic()
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "RAY_ADDRESS": ""})
-    wall = time.monotonic() - started
-    after = os.times()
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed (exit {done.returncode}):\n"
-                 f"{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    # Ray's own daemons are children too; they are reaped when the command's Ray ends.
-    cpu = (after.children_user - before.children_user) + (after.children_system
-                                                            - before.children_system)
-    return wall, cpu
-
-
-def rows_written(folder: Path) -> int:
-    """Rows in the whole Parquet files a side wrote (bookkeeping ``_*`` files aside)."""
-    import pyarrow.parquet as pq
-
-    return sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet")
-               if not f.name.startswith("_"))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -133,27 +101,10 @@ def main() -> None:
             "toolkit run": lambda n: [toolkit, "run", "tabular-predict", "--input", str(data),
                                       "--model", str(model), "--output", f"out{n}"],
         }
-        figures: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
-        for command in sides.values():  # warm-up: file cache, imports
-            timed(command(0), folder)
-        for n in range(1, args.repeat + 1):
-            for name, command in sides.items():
-                figures[name].append(timed(command(n), folder))
-                written = rows_written(folder / command(n)[-1])
-                if written != args.rows:
-                    sys.exit(f"{name} wrote {written:,} rows of {args.rows:,}")
-    base_wall = statistics.median(w for w, _ in figures["seeds' pattern"])
-    base_cpu = statistics.median(c for _, c in figures["seeds' pattern"])
-    print(f"\ntabular-predict, {args.rows:,} rows, model {model.name} "
-          f"(StandardScaler + LogisticRegression); batch 10,000, 2 CPUs per task "
-          f"({args.repeat} runs each, in turns; medians)")
-    print(f"  {'':<16}{'wall s':>9}{'CPU s':>9}{'rows/s':>10}{'wall x':>9}{'CPU x':>8}")
-    for name, runs in figures.items():
-        wall = statistics.median(w for w, _ in runs)
-        cpu = statistics.median(c for _, c in runs)
-        print(f"  {name:<16}{wall:>9.1f}{cpu:>9.1f}{args.rows / wall:>10,.0f}"
-              f"{wall / base_wall:>9.2f}{cpu / base_cpu:>8.2f}")
-
+        figures = in_turns(sides, folder, args.repeat, args.rows)
+    print_sides(f"tabular-predict, {args.rows:,} rows, model {model.name} "
+                f"(StandardScaler + LogisticRegression); batch 10,000, 2 CPUs per task "
+                f"({args.repeat} runs each, in turns; medians)", figures, args.rows)
 
 if __name__ == "__main__":
     main()

@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from side_by_side import in_turns, print_sides, toolkit_command
 
 SEEDS = '''
 import os, sys
@@ -93,12 +92,6 @@ ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
 MODELS = {"text-classify": "tiny-classifier", "embed": "tiny-encoder"}
 
 
-def toolkit_command() -> str:
-    """The ``toolkit`` command of the Python running this benchmark, else the one on PATH."""
-    beside = Path(sys.executable).parent / "toolkit"
-    return str(beside) if beside.exists() else "toolkit"
-
-
 def project(folder: Path, rows: int) -> Path:
     """The input Parquet file (and the seeds' script) in ``folder``."""
     import pyarrow.parquet as pq
@@ -110,31 +103,6 @@ def project(folder: Path, rows: int) -> Path:
     pq.write_table(sample_reviews(rows, seed=0), data)
     (folder / "seeds.py").write_text(SEEDS)
     return data
-
-
-def timed(command: list[str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the whole process tree) of one command."""
-    before = os.times()
-    started = time.monotonic()
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "RAY_ADDRESS": ""})
-    wall = time.monotonic() - started
-    after = os.times()
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed (exit {done.returncode}):\n"
-                 f"{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    # Ray's own daemons are children too; they are reaped when the command's Ray ends.
-    cpu = (after.children_user - before.children_user) + (after.children_system
-                                                            - before.children_system)
-    return wall, cpu
-
-
-def rows_written(folder: Path) -> int:
-    """Rows in the whole Parquet files a side wrote (bookkeeping ``_*`` files aside)."""
-    import pyarrow.parquet as pq
-
-    return sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet")
-               if not f.name.startswith("_"))
 
 
 def one_task(task: str, folder: Path, data: Path, args: argparse.Namespace) -> None:
@@ -152,25 +120,10 @@ def one_task(task: str, folder: Path, data: Path, args: argparse.Namespace) -> N
                                   "--set", f"engine.num_cpus={args.num_cpus}",
                                   "--output", f"{task}-out{n}"],
     }
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
-    for command in sides.values():  # warm-up: file cache, imports
-        timed(command(0), folder)
-    for n in range(1, args.repeat + 1):
-        for name, command in sides.items():
-            figures[name].append(timed(command(n), folder))
-            written = rows_written(folder / command(n)[-1])  # the output folder
-            if written != args.rows:
-                sys.exit(f"{task}, {name}: wrote {written:,} rows of {args.rows:,}")
-    base_wall = statistics.median(w for w, _ in figures["seeds' pattern"])
-    base_cpu = statistics.median(c for _, c in figures["seeds' pattern"])
-    print(f"\n{task}, {args.rows:,} rows, sample:{MODELS[task]}; batch {args.batch_size}, "
-          f"1 actor x {args.num_cpus:g} CPU ({args.repeat} runs each, in turns; medians)")
-    print(f"  {'':<16}{'wall s':>9}{'CPU s':>9}{'rows/s':>10}{'wall x':>9}{'CPU x':>8}")
-    for name, runs in figures.items():
-        wall = statistics.median(w for w, _ in runs)
-        cpu = statistics.median(c for _, c in runs)
-        print(f"  {name:<16}{wall:>9.1f}{cpu:>9.1f}{args.rows / wall:>10,.0f}"
-              f"{wall / base_wall:>9.2f}{cpu / base_cpu:>8.2f}")
+    figures = in_turns(sides, folder, args.repeat, args.rows)
+    print_sides(f"{task}, {args.rows:,} rows, sample:{MODELS[task]}; batch {args.batch_size}, "
+                f"1 actor x {args.num_cpus:g} CPU ({args.repeat} runs each, in turns; medians)",
+                figures, args.rows)
 
 
 def main() -> None:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
+
+from side_by_side import in_turns, print_sides
 
 PREDICTOR = '''
 class Ident:
@@ -69,22 +69,6 @@ def project(folder: Path, rows: int) -> Path:
     return folder
 
 
-def timed(command: list[str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the whole process tree) of one command."""
-    before = os.times()
-    started = time.monotonic()
-    done = subprocess.run(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, env={**os.environ, "RAY_ADDRESS": ""})
-    wall = time.monotonic() - started
-    after = os.times()
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    # Ray's own daemons are children too; they are reaped when the command's Ray ends.
-    cpu = (after.children_user - before.children_user) + (after.children_system
-                                                            - before.children_system)
-    return wall, cpu
-
-
 def one_size(rows: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = project(Path(tmp) / "project", rows)
@@ -92,21 +76,8 @@ def one_size(rows: int, repeat: int) -> None:
             "bare Ray Data": lambda n: [sys.executable, "bare.py", "customers.csv", f"bare{n}"],
             "toolkit run": lambda n: ["toolkit", "run", "./ident.yaml", "--output", f"out{n}"],
         }
-        figures: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
-        for name, command in sides.items():  # warm-up: file cache, imports
-            timed(command(0), folder)
-        for n in range(1, repeat + 1):
-            for name, command in sides.items():
-                figures[name].append(timed(command(n), folder))
-        bare_wall = statistics.median(w for w, _ in figures["bare Ray Data"])
-        bare_cpu = statistics.median(c for _, c in figures["bare Ray Data"])
-        print(f"\n{rows:,} rows ({repeat} runs each, in turns; medians)")
-        print(f"  {'':<16}{'wall s':>9}{'CPU s':>9}{'wall x':>9}{'CPU x':>8}")
-        for name, runs in figures.items():
-            wall = statistics.median(w for w, _ in runs)
-            cpu = statistics.median(c for _, c in runs)
-            print(f"  {name:<16}{wall:>9.1f}{cpu:>9.1f}{wall / bare_wall:>9.2f}"
-                  f"{cpu / bare_cpu:>8.2f}")
+        figures = in_turns(sides, folder, repeat, rows)
+        print_sides(f"{rows:,} rows ({repeat} runs each, in turns; medians)", figures, rows)
 
 
 def main() -> None:
