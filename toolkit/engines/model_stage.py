@@ -11,7 +11,7 @@ writer only costs memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from toolkit.spec.row_contract import (
     plain,
     row_error,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: ``inputs per row -> one result dict per row`` (same order and length).
 Predict = Callable[[list[tuple[Any, ...]]], list[dict[str, Any]]]
@@ -53,6 +56,27 @@ def run_model_on_batch(
         batch[column] = object_column(values)
     batch[ERROR_COLUMN] = object_column(errors)
     return batch
+
+
+def error_text(batch: "pa.Table") -> "pa.ChunkedArray":
+    """The rows' ``error`` as :func:`row_error` reads it: null, or a non-empty text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if ERROR_COLUMN not in batch.column_names:
+        return pa.chunked_array([pa.nulls(batch.num_rows, pa.string())])
+    error = batch.column(ERROR_COLUMN).cast(pa.string())
+    return pc.if_else(pc.equal(error, ""), pa.scalar(None, pa.string()), error)
+
+
+def through_numpy(batch: "pa.Table", call: Callable[[dict[str, np.ndarray]], Any]) -> "pa.Table":
+    """A block through the numpy path every model stage takes (:func:`run_model_on_batch`:
+    row by row where the model fails), back as Arrow."""
+    from ray.data.block import BlockAccessor
+
+    numpy = {name: batch.column(name).to_numpy(zero_copy_only=False)
+             for name in batch.column_names}
+    return BlockAccessor.batch_to_arrow_block(call(numpy))
 
 
 def _isolating_failures(predict: Predict, inputs: list[tuple[Any, ...]]) -> list[Any]:

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.engines.model_stage import ModelStage, stage_resources
+from toolkit.engines.model_stage import ModelStage, error_text, stage_resources, through_numpy
 from toolkit.errors import SpecError
 from toolkit.spec.row_contract import (
-    ERROR_COLUMN,
     MESSAGES_COLUMN,
     SAMPLING_PARAMS_COLUMN,
     object_column,
@@ -89,17 +88,17 @@ class PredictorStage(ModelStage):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        good = pc.invert(pc.is_valid(_error_text(batch)))
+        good = pc.invert(pc.is_valid(error_text(batch)))
         chosen = pc.indices_nonzero(good)
         if len(chosen) == 0:  # error rows only: the model is not called
-            return _by_rows(batch, super().__call__)
+            return through_numpy(batch, super().__call__)
         inputs = batch.column("inputs").take(chosen).combine_chunks()
         try:
             produced = self.predictor({
                 name: _as_numpy(inputs.field(name)) for name in inputs.type.names})
             answers = [_checked(produced, name, len(chosen)) for name in self.output_names]
         except Exception:  # noqa: BLE001 - row by row says which row and why
-            return _by_rows(batch, super().__call__)
+            return through_numpy(batch, super().__call__)
         outputs = pa.StructArray.from_arrays(answers, names=self.output_names)
         if len(chosen) < batch.num_rows:  # error rows get a null answer
             where = pc.subtract(pc.cumulative_sum(pc.cast(good, pa.int64())), 1)
@@ -124,17 +123,6 @@ class PredictorStage(ModelStage):
                 for i in range(len(rows))]
 
 
-def _error_text(batch: "pa.Table") -> "pa.ChunkedArray":
-    """The rows' ``error`` as row_error reads it: null, or a non-empty text."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if ERROR_COLUMN not in batch.column_names:
-        return pa.chunked_array([pa.nulls(batch.num_rows, pa.string())])
-    error = batch.column(ERROR_COLUMN).cast(pa.string())
-    return pc.if_else(pc.equal(error, ""), pa.scalar(None, pa.string()), error)
-
-
 def _as_numpy(values: "pa.Array") -> np.ndarray:
     """A column as :meth:`PredictorStage.predict` hands it over: the numpy array
     numpy makes of its Python values (strings as numpy strings), an object array
@@ -152,15 +140,6 @@ def _checked(produced: Any, name: str, rows: int) -> "pa.Array":
     if len(values) != rows:
         raise ValueError(f"the predictor returned {len(values)} values of {name!r} for {rows} rows")
     return pa.array(values)
-
-
-def _by_rows(batch: "pa.Table", call: Any) -> "pa.Table":
-    """A block through the numpy path every model stage takes, back as Arrow."""
-    from ray.data.block import BlockAccessor
-
-    numpy = {name: batch.column(name).to_numpy(zero_copy_only=False)
-             for name in batch.column_names}
-    return BlockAccessor.batch_to_arrow_block(call(numpy))
 
 
 def apply_python_stage(ds: "Dataset", engine: "EngineSettings", options: Any) -> "Dataset":

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.engines.model_stage import run_model_on_batch
+from toolkit.engines.model_stage import error_text, run_model_on_batch, through_numpy
 from toolkit.errors import SpecError
-from toolkit.spec.row_contract import TASK_CONTRACTS
+from toolkit.spec.row_contract import MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN, TASK_CONTRACTS
 from toolkit.spec.sample_sources import sample_name
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from ray.data import Dataset
 
     from toolkit.spec.engine_settings import EngineSettings
@@ -81,8 +82,56 @@ def load_model(source: str, samples: "SampleProvider | None" = None) -> Any:
     return model
 
 
-def predict_tabular(batch: dict[str, np.ndarray], model: Any) -> dict[str, np.ndarray]:
-    """``features`` -> ``prediction`` (+ ``probabilities`` when the model has predict_proba)."""
+def predict_tabular(batch: "pa.Table", model: Any) -> "pa.Table":
+    """``features`` -> ``prediction`` (+ ``probabilities`` when the model has
+    ``predict_proba``): the block's good rows in one call of the model on one numpy
+    matrix, as the seeds' pattern makes it. A block the model fails on (or whose rows
+    have features of different lengths) goes row by row, which names the failing row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    good = pc.invert(pc.is_valid(error_text(batch)))
+    chosen = pc.indices_nonzero(good)
+    try:
+        if len(chosen) == 0:  # error rows only: the model is not called
+            raise ValueError("no row to predict")
+        predictions, probabilities = _predicted_together(
+            batch.column("features").take(chosen).combine_chunks(), model)
+    except Exception:  # noqa: BLE001 - row by row says which row and why
+        return through_numpy(batch, lambda numpy: predict_rows(numpy, model))
+    if len(chosen) < batch.num_rows:  # error rows get null results
+        where = pc.if_else(good, pc.subtract(pc.cumulative_sum(pc.cast(good, pa.int64())), 1),
+                           pa.scalar(None, pa.int64()))
+        predictions, probabilities = predictions.take(where), probabilities.take(where)
+    kept = [name for name in batch.column_names
+            if name not in (*_CONTRACT.inputs, MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN)]
+    return (batch.select(kept).append_column("prediction", predictions)
+            .append_column("probabilities", probabilities))
+
+
+def _predicted_together(features: "pa.ListArray", model: Any) -> tuple["pa.Array", "pa.Array"]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lengths = pc.min_max(pc.list_value_length(features)).as_py()
+    if lengths["min"] != lengths["max"] or features.null_count:
+        raise ValueError("rows with features of different lengths")
+    matrix = pc.list_flatten(features).to_numpy(zero_copy_only=False).astype(np.float64)
+    matrix = matrix.reshape(len(features), lengths["max"])
+    predictions = pa.array(np.asarray(model.predict(matrix)))
+    if len(predictions) != len(features):
+        raise ValueError(f"model returned {len(predictions)} results for {len(features)} rows")
+    if not callable(getattr(model, "predict_proba", None)):
+        return predictions, pa.nulls(len(features))
+    scores = np.asarray(model.predict_proba(matrix), dtype=np.float64)
+    probabilities = pa.FixedSizeListArray.from_arrays(pa.array(scores.ravel()), scores.shape[1])
+    return predictions, probabilities.cast(pa.list_(pa.float64()))
+
+
+def predict_rows(batch: dict[str, np.ndarray], model: Any) -> dict[str, np.ndarray]:
+    """:func:`predict_tabular` through Python rows, as every model stage does: the
+    batch at once, then row by row where the model fails, that row an error row
+    naming the error."""
 
     def predict(inputs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         features = np.asarray([row[0] for row in inputs], dtype=np.float64)
@@ -103,7 +152,7 @@ def apply_tabular_stage(ds: "Dataset", engine: "EngineSettings",
         predict_tabular,
         fn_kwargs={"model": load_model(engine.model, samples)},
         batch_size=engine.batch_size,
-        batch_format="numpy",
+        batch_format="pyarrow",
         num_cpus=engine.num_cpus,
         concurrency=tasks,
     )
