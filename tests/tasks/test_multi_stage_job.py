@@ -6,6 +6,7 @@ per accelerator."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,7 +65,10 @@ def test_two_stage_smoke_run_writes_both_stages_columns_and_error_rows(local_ray
     assert all(row["error"] is None for row in good)
     assert {row["sentiment"] for row in good} <= {"NEGATIVE", "POSITIVE"}
     assert all(isinstance(row["reply"], str) and row["num_input_tokens"] for row in good)
-    assert "rows written:  50 (48 ok, 2 with an error)" in result.output
+    # ok: a reply that passed its checks; the tiny model's replies may run to max_tokens.
+    written = re.search(r"rows written:  50 \((\d+) ok, (?:(\d+) failed a check, )?2 with an "
+                        r"error\)", result.output)
+    assert written is not None and int(written[1]) + int(written[2] or 0) == 48, result.output
     assert "    review_id=1, sentiment='" in result.output  # samples show every stage's columns
 
     # Each stage ran on its own section: the --set reached the classifier stage only.
