@@ -4,7 +4,6 @@ a non-zero exit code and no traceback. Each case is what a user would type."""
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest
