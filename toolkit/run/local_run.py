@@ -100,12 +100,18 @@ def stopped_message(plan: RunPlan) -> str:
     """What a stopped run kept, and how to go on: ``Stopped: N of M rows kept in OUT;
     run the same command again to resume.``"""
     kept = WrittenRows(plan.run_dir, plan.data.output_format)().rows
-    samples = plan.samples
-    total = plan.input_rows or expected_rows(
-        plan.spec, samples.default_rows if samples is not None else None, run_dir=plan.run_dir)
+    total = planned_rows(plan)
     of = f" of {total:,}" if total else ""
     return (f"Stopped: {kept:,}{of} rows kept in {plan.data.output}; run the same command "
             "again to resume.")
+
+
+def planned_rows(plan: RunPlan) -> int | None:
+    """The rows the run reads: as the checks counted them, else as the spec and the
+    run folder tell (``--rows``, a Parquet footer, a staged slice); None: unknown."""
+    samples = plan.samples
+    return plan.input_rows or expected_rows(
+        plan.spec, samples.default_rows if samples is not None else None, run_dir=plan.run_dir)
 
 
 def _run_on_ray(
@@ -125,12 +131,8 @@ def _run_on_ray(
     progress: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     interval = observer.progress_interval_s
     if interval is not None:
-        samples = plan.samples
-        sample_rows = samples.default_rows if samples is not None else None
-        reporter = ProgressReporter(
-            WrittenRows(run_dir, plan.data.output_format),
-            total=lambda: plan.input_rows or expected_rows(plan.spec, sample_rows,
-                                                           run_dir=run_dir))
+        reporter = ProgressReporter(WrittenRows(run_dir, plan.data.output_format),
+                                    total=lambda: planned_rows(plan))
         reporter.phase = "starting Ray" if target in (None, "local") else f"joining Ray at {target}"
         progress = reporting(reporter, observer.progress, interval,
                              LogWatcher(log_file) if log_file else None, observer.notice)
