@@ -89,9 +89,10 @@ def main() -> None:
     spec = load_job_spec(job)
     options = job.options_of(spec)
     companies = customers_batch(0, args.rows).column("Company").to_pylist()
-    messages = [job.preprocess({"Company": c}, options)["messages"] for c in companies]
-    warmup = [job.preprocess({"Company": f"Warm-up {i}"}, options)["messages"] for i in range(8)]
-    constrained = engine_sampling_params(spec.sampling, job.structured_output(options))
+    stage = job.main_stage
+    messages = [stage.preprocess({"Company": c}, options)["messages"] for c in companies]
+    warmup = [stage.preprocess({"Company": f"Warm-up {i}"}, options)["messages"] for i in range(8)]
+    constrained = engine_sampling_params(spec.sampling, stage.structured_output(options))
 
     path = resolve_model_source(args.model, SAMPLES)
     generator = pipeline("text-generation", model=path, device="cpu")

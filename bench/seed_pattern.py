@@ -47,7 +47,8 @@ class TextGenerationPredictor:
 
         job = load_job("text-industry")
         options = job.options_of(load_job_spec(job))
-        chats = [job.preprocess({"Company": c}, options)["messages"] for c in batch["Company"]]
+        preprocess = job.main_stage.preprocess
+        chats = [preprocess({"Company": c}, options)["messages"] for c in batch["Company"]]
         outputs = self.pipe(chats, max_new_tokens=self.max_new_tokens, do_sample=False,
                             batch_size=len(chats), return_full_text=False)
         batch["generated_text"] = [out[0]["generated_text"] for out in outputs]

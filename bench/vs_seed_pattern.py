@@ -58,7 +58,7 @@ def prompt_figures(model: str, rows: int) -> tuple[float, float]:
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts = [
         tokenizer.apply_chat_template(
-            job.preprocess({"Company": company}, options)["messages"],
+            job.main_stage.preprocess({"Company": company}, options)["messages"],
             add_generation_prompt=True, tokenize=False)
         for company in customers_batch(0, rows).column("Company").to_pylist()
     ]

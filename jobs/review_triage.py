@@ -68,16 +68,21 @@ JOB = JobDefinition(
     description="Label each review's sentiment with a classifier, then draft a one-line reply "
     "that fits it (two model stages).",
     spec_model=ReviewTriageSpec,
-    stages=(StageDefinition(
-        name="sentiment",
-        preprocess=sentiment_inputs,
-        postprocess=sentiment_columns,
-        result_columns=lambda options: {"sentiment": "string", "sentiment_score": "double"},
-    ),),
-    preprocess=reply_messages,
-    postprocess=reply_columns,
-    required_columns=lambda options: [options.text_column],
-    result_columns=lambda options: {"reply": "string"},
+    stages=(
+        StageDefinition(
+            name="sentiment",
+            preprocess=sentiment_inputs,
+            postprocess=sentiment_columns,
+            required_columns=lambda options: [options.text_column],
+            result_columns=lambda options: {"sentiment": "string", "sentiment_score": "double"},
+        ),
+        StageDefinition(
+            name="engine",
+            preprocess=reply_messages,
+            postprocess=reply_columns,
+            result_columns=lambda options: {"reply": "string"},
+        ),
+    ),
     smoke_overrides={
         "data.input": "sample:reviews",
         "stages.sentiment.model": "sample:tiny-classifier",

@@ -87,7 +87,7 @@ def test_each_request_brings_its_own_sampling_params_over_the_specs():
         "custom_id": "a", "url": "/v1/chat/completions", "body": {
             "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 5,
             "response_format": {"type": "json_object"}}}), line=1)
-    prepared = prepare_row(row, job.preprocess, job.options_of(spec), spec_params)
+    prepared = prepare_row(row, job.main_stage.preprocess, job.options_of(spec), spec_params)
     assert prepared["error"] is None and prepared["messages"] == [
         {"role": "user", "content": "Hi"}]
     params = dict(prepared["sampling_params"])
@@ -96,7 +96,7 @@ def test_each_request_brings_its_own_sampling_params_over_the_specs():
         "temperature": 0.0, "top_p": 1.0,  # the spec's: the body doesn't say
         "max_tokens": 5, "structured_outputs": {"json": '{"type": "object"}'}}
 
-    bad = prepare_row(parse_request_line("{oops", line=2), job.preprocess,
+    bad = prepare_row(parse_request_line("{oops", line=2), job.main_stage.preprocess,
                       job.options_of(spec), spec_params)
     assert bad["error"].startswith("preprocess: line 2: not valid JSON")
     assert bad["__inference_error__"] == bad["error"]

@@ -27,10 +27,11 @@ def job_rows(name: str, rows: int, structured: bool = True) -> list[dict]:
     options = job.options_of(spec)
     greedy = spec.sampling.model_copy(update={"temperature": 0.0})
     params = engine_sampling_params(
-        greedy, job.structured_output(options) if structured else None)
+        greedy, job.main_stage.structured_output(options) if structured else None)
     out = []
     for row in customers_batch(0, rows).to_pylist():
-        out.append({**job.preprocess(row, options), "sampling_params": params, "error": None})
+        out.append({**job.main_stage.preprocess(row, options), "sampling_params": params,
+                    "error": None})
     return out
 
 

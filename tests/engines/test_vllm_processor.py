@@ -30,7 +30,8 @@ def test_text_industry_builds_the_seed_processor(local_ray, tiny_chat_model):
 def test_rows_ask_vllm_for_one_of_the_choices():
     job = load_job("text-industry")
     spec = load_job_spec(job)
-    params = engine_sampling_params(spec.sampling, job.structured_output(job.options_of(spec)))
+    constraint = job.main_stage.structured_output(job.options_of(spec))
+    params = engine_sampling_params(spec.sampling, constraint)
     assert params == {
         "temperature": 0.0,
         "max_tokens": 16,
@@ -45,7 +46,7 @@ def test_vlm_caption_adds_the_multimodal_stage(local_ray):
     job = load_job("vlm-caption")
     model = str(tiny_vision_model_path())
     spec = load_job_spec(job, overrides={"engine.model": model})
-    processor = build_vllm_processor(spec.engine, multimodal=job.multimodal)
+    processor = build_vllm_processor(spec.engine, multimodal=job.main_stage.multimodal)
 
     assert processor.list_stage_names()[0] == "PrepareMultimodalStage"
     assert "vLLMEngineStage" in processor.list_stage_names()
@@ -105,7 +106,7 @@ def test_ray_data_llm_stages_template_good_rows_and_pass_error_rows_by(local_ray
     job = load_job("text-industry")
     spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
     options = job.options_of(spec)
-    params = engine_sampling_params(spec.sampling, job.structured_output(options))
+    params = engine_sampling_params(spec.sampling, job.main_stage.structured_output(options))
     built = build_vllm_processor(spec.engine)
     # The processor as built, less the vLLM engine stage (vLLM runs on GPU workers only)
     # and detokenize (which reads the engine's output).
@@ -114,7 +115,7 @@ def test_ray_data_llm_stages_template_good_rows_and_pass_error_rows_by(local_ray
     ])
     inputs = [{"Index": "1", "Company": "Acme"}, {"Index": "2", "Company": ""},
               {"Index": "3", "Company": "Globex"}]
-    rows = [prepare_row(row, job.preprocess, options, params) for row in inputs]
+    rows = [prepare_row(row, job.main_stage.preprocess, options, params) for row in inputs]
     out = sorted(before_engine(ray.data.from_items(rows)).take_all(), key=lambda r: r["Index"])
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_chat_model))
@@ -146,14 +147,15 @@ def test_date_reformat_rows_ask_vllm_for_the_date_pattern(local_ray, tiny_chat_m
     job = load_job("date-reformat")
     spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
     options = job.options_of(spec)
-    params = engine_sampling_params(spec.sampling, job.structured_output(options))
-    row = prepare_row({"Index": "7", "Subscription Date": "2021-03-04"}, job.preprocess,
+    stage = job.main_stage
+    params = engine_sampling_params(spec.sampling, stage.structured_output(options))
+    row = prepare_row({"Index": "7", "Subscription Date": "2021-03-04"}, stage.preprocess,
                       options, params)
     (out,) = rows_before_the_engine(
         build_vllm_processor(spec.engine), ["ChatTemplateStage", "TokenizeStage"], [row])
 
     assert "2021-03-04" in out["prompt"] and len(out["tokenized_prompt"]) > 0
-    assert out["sampling_params"]["structured_outputs"] == job.structured_output(options)
+    assert out["sampling_params"]["structured_outputs"] == stage.structured_output(options)
     assert out["sampling_params"]["temperature"] == spec.sampling.temperature
 
 
@@ -177,11 +179,11 @@ def test_vlm_caption_rows_carry_their_image_to_vllm(local_ray, tmp_path):
     model = str(tiny_vision_model_path())
     spec = load_job_spec(job, overrides={"engine.model": model})
     options = job.options_of(spec)
-    params = engine_sampling_params(spec.sampling, job.structured_output(options))
+    params = engine_sampling_params(spec.sampling, job.main_stage.structured_output(options))
     (picture,) = write_sample_images(tmp_path, count=1)
     row = prepare_row({"id": "img-0", options.image_column: picture.read_bytes()},
-                      job.preprocess, options, params)
-    processor = build_vllm_processor(spec.engine, multimodal=job.multimodal)
+                      job.main_stage.preprocess, options, params)
+    processor = build_vllm_processor(spec.engine, multimodal=job.main_stage.multimodal)
     assert processor.list_stage_names()[:2] == ["PrepareMultimodalStage", "ChatTemplateStage"]
     (out,) = ray.data.from_items([row]).take_all()
 

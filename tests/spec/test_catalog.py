@@ -46,9 +46,10 @@ def test_a_yaml_job_in_the_project_is_found_by_path_and_by_name(tmp_path: Path):
     # Omitted keys take the toolkit's defaults.
     assert (spec.engine.kind, spec.sampling.temperature, spec.data.output) == (
         "vllm", 0.0, "out/sentiment")
-    assert job.result_columns(job.options_of(spec)) == {"sentiment": "string",
-                                                        "sentiment_confidence": "double"}
-    assert job.required_columns(job.options_of(spec)) == ["review"]
+    stage, options = job.main_stage, job.options_of(spec)
+    assert stage.result_columns(options) == {"sentiment": "string",
+                                             "sentiment_confidence": "double"}
+    assert stage.required_columns(options) == ["review"]
 
 
 def test_a_project_job_shadows_nothing_it_does_not_name(tmp_path: Path):
@@ -64,8 +65,8 @@ def test_a_python_job_file_is_loaded_by_path_with_its_inline_defaults(tmp_path: 
     spec = load_job_spec(job, smoke=True)
     assert spec.data.input == "review-words.sample.csv"
     assert spec.engine.model == "sample:tiny-chat"
-    assert job.result_columns(spec.options) == {"sentiment": "string", "words": "int64"}
-    assert job.preprocess.__module__.startswith("toolkit_user_jobs.review_words_")
+    assert job.main_stage.result_columns(spec.options) == {"sentiment": "string", "words": "int64"}
+    assert job.main_stage.preprocess.__module__.startswith("toolkit_user_jobs.review_words_")
 
 
 def test_a_job_in_an_importable_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -279,6 +279,8 @@ def test_the_job_definition_wires_the_hooks_and_options():
     assert job.smoke_overrides == {"engine.model": "sample:tiny-chat"}
     assert job.defaults == {"engine": {"kind": "vllm"}}
     opts = job.options_of(spec({"user": "{{ review }}"}, {"choice": ["yes", "no"]}))
-    assert job.required_columns(opts) == ["review"]
-    assert job.structured_output(opts) == {"choice": ["yes", "no"]}
-    assert job.postprocess(answer("yes"), opts) == {"result": "yes", "result_confidence": None}
+    [stage] = job.stages
+    assert stage.name == "engine"
+    assert stage.required_columns(opts) == ["review"]
+    assert stage.structured_output(opts) == {"choice": ["yes", "no"]}
+    assert stage.postprocess(answer("yes"), opts) == {"result": "yes", "result_confidence": None}

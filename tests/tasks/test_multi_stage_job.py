@@ -131,13 +131,14 @@ def test_render_asks_for_a_worker_group_per_stage_accelerator(sets, groups, tmp_
 def test_stage_row_functions_without_ray():
     job = load_job(JOB)
     options = load_job_spec(job).options
-    [sentiment] = job.stages
+    sentiment, reply = job.stages
+    assert reply.name == "engine"
     assert sentiment.preprocess({"review": " Great "}, options) == {"prompt": "Great"}
     with pytest.raises(ValueError, match="column 'review' is empty"):
         sentiment.preprocess({"review": ""}, options)
     row = {"review": "Broke.", **sentiment.postprocess({"label": "NEGATIVE", "score": 0.9},
                                                        options)}
     assert row["sentiment"] == "NEGATIVE"
-    assert "apologise" in job.preprocess(row, options)["messages"][1]["content"]
-    assert job.postprocess({"generated_text": " Sorry!\nWe will\n"}, options) == \
+    assert "apologise" in reply.preprocess(row, options)["messages"][1]["content"]
+    assert reply.postprocess({"generated_text": " Sorry!\nWe will\n"}, options) == \
         {"reply": "Sorry! We will"}

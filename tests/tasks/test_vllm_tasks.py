@@ -42,7 +42,8 @@ def test_tokenize_stage_reads_our_prompt_and_passes_error_rows_by(local_ray):
     spec = embed_spec(model)
     built = build_vllm_task_processor(spec.engine)
     tokenize_only = Processor(built.config, [built.get_stage_by_name("TokenizeStage")])
-    rows = [prepare_task_row(row, job.preprocess, spec.options, TASK_CONTRACTS["embed"].inputs)
+    preprocess = job.main_stage.preprocess
+    rows = [prepare_task_row(row, preprocess, spec.options, TASK_CONTRACTS["embed"].inputs)
             for row in ({"review_id": 1, "review": "Great kettle."},
                         {"review_id": 2, "review": " "})]
     out = sorted(tokenize_only(ray.data.from_items(rows)).take_all(),

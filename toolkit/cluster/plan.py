@@ -491,7 +491,7 @@ class ChatStage:
 
 def chat_stage(job: JobDefinition[Any], spec: JobSpec) -> ChatStage:
     """The stage whose prompts and answers are counted in tokens (see :class:`ChatStage`)."""
-    stages = job.stage_list
+    stages = job.stages
     found = len(stages) - 1
     for index, stage in enumerate(stages):
         if TASK_CONTRACTS[spec.stage_engine(stage.name).task].chat:

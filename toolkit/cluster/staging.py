@@ -53,7 +53,7 @@ def job_bundle(job: JobDefinition[Any], spec: JobSpec) -> dict[str, str]:
     """The files that let the entrypoint load ``job`` and run ``spec``: name -> text."""
     files = {SPEC_FILE: spec.model_dump_json(indent=2)}
     description = {"job": job.name, "description": job.description}
-    module = sys.modules.get(job.preprocess.__module__)
+    module = sys.modules.get(job.main_stage.preprocess.__module__)
     if isinstance(spec, PromptJobSpec):
         dumped = spec.model_dump(mode="json")
         job_file: dict[str, Any] = {**description, "prompt": dumped["prompt"],
@@ -62,7 +62,7 @@ def job_bundle(job: JobDefinition[Any], spec: JobSpec) -> dict[str, str]:
         files[JOB_CODE_FILE] = Path(str(module.__file__)).read_text(encoding="utf-8")
         job_file = {**description, "python": JOB_CODE_FILE}
     else:  # code importable by module name: from the working dir or an installed package
-        job_file = {**description, "python": job.preprocess.__module__}
+        job_file = {**description, "python": job.main_stage.preprocess.__module__}
     files[JOB_FILE] = yaml.safe_dump(job_file, sort_keys=False, allow_unicode=True)
     return files
 

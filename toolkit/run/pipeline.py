@@ -429,7 +429,7 @@ def ship_job_code_by_value(job: JobDefinition[Any]) -> None:
 
     from ray import cloudpickle
 
-    hooks = [hook for stage in job.stage_list for hook in (stage.preprocess, stage.postprocess)]
+    hooks = [hook for stage in job.stages for hook in (stage.preprocess, stage.postprocess)]
     for hook in hooks:
         module = sys.modules.get(getattr(hook, "__module__", "") or "")
         if module is not None and module.__name__.startswith(USER_MODULE_PREFIX):

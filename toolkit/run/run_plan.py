@@ -54,7 +54,7 @@ class PlannedStage:
 def plan_stages(job: JobDefinition[Any], spec: JobSpec, options: Any) -> tuple[PlannedStage, ...]:
     """The job's model stages in the order rows go through them, each with its engine."""
     planned = []
-    for stage in job.stage_list:
+    for stage in job.stages:
         engine = spec.stage_engine(stage.name)
         contract = TASK_CONTRACTS[engine.task]
         planned.append(PlannedStage(

@@ -55,7 +55,7 @@ def smoke_stage_overrides(job: JobDefinition[Any]) -> dict[str, Any]:
     """SMOKE_OVERRIDES' engine settings for each of a multi-stage job's earlier stages
     (``stages.NAME.kind``...): every stage on one CPU worker."""
     return {f"stages.{stage.name}.{dotted.removeprefix('engine.')}": value
-            for stage in job.stages
+            for stage in job.earlier_stages
             for dotted, value in SMOKE_OVERRIDES.items() if dotted.startswith("engine.")}
 
 
@@ -195,7 +195,7 @@ def format_validation_error(error: ValidationError, source: str) -> str:
 def validate_spec(job: JobDefinition[Any], data: Mapping[str, Any], source: str) -> JobSpec:
     hint = (f"Fix the fields above in the job file, spec file, flags or --set values "
             f"('toolkit show {job.name}' prints every key with its value).")
-    problems = stage_section_problems(job.stages, data.get("stages"), job.name)
+    problems = stage_section_problems(job.earlier_stages, data.get("stages"), job.name)
     if problems:
         raise SpecError("\n".join([f"Invalid spec for {source}:", *problems]), hint=hint)
     try:
@@ -219,7 +219,7 @@ def check_user_classes(job: JobDefinition[Any], spec: JobSpec) -> None:
 
     from toolkit.spec.jobs.user_classes import check_user_class
 
-    module = sys.modules.get(job.preprocess.__module__)
+    module = sys.modules.get(job.main_stage.preprocess.__module__)
     if module is not None and module.__name__.startswith("toolkit."):
         module = None  # the toolkit's own job code (a predictor or prompt job), not the user's
     projects = [Path.cwd(), *([job.source_dir] if job.source_dir is not None else [])]
@@ -296,7 +296,7 @@ def free_text_answers(job: JobDefinition[Any], spec: JobSpec) -> bool:
     from toolkit.spec.row_contract import TASK_CONTRACTS
 
     return (TASK_CONTRACTS[spec.engine.task].chat
-            and job.structured_output(job.options_of(spec)) is None)
+            and job.main_stage.structured_output(job.options_of(spec)) is None)
 
 
 def spec_to_yaml(spec: JobSpec) -> str:

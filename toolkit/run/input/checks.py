@@ -145,7 +145,7 @@ def check_input_columns(job: JobDefinition[Any], spec: JobSpec, schema: "pa.Sche
         SpecError: a result column is named like an input column.
     """
     options = job.options_of(spec)
-    required = [c for stage in job.stage_list for c in stage.required_columns(options)]
+    required = [c for stage in job.stages for c in stage.required_columns(options)]
     check_required_columns(schema, list(dict.fromkeys([*required, spec.data.id_column])),
                            spec.data.input, id_column=spec.data.id_column)
     check_written_columns(job, spec, schema.names)
@@ -251,10 +251,10 @@ def result_column_sources(job: JobDefinition[Any], spec: JobSpec) -> dict[str, s
 
     options = job.options_of(spec)
     sources: dict[str, str] = {}
-    for stage in job.stages:
+    for stage in job.earlier_stages:
         for column in stage.result_columns(options):
             sources.setdefault(column, f"stage {stage.name}'s result column")
-    for column in job.result_columns(options):
+    for column in job.main_stage.result_columns(options):
         if isinstance(spec, PromptJobSpec):
             where = ("output.column" if spec.output.json_schema is None
                      else "output.json_schema property")

@@ -240,7 +240,7 @@ def summarize_output(
     id_column = spec.data.id_column
     options = job.options_of(spec)
     # A multi-stage job's earlier stages' results first, as in the output.
-    result_columns = [c for stage in job.stage_list for c in stage.result_columns(options)]
+    result_columns = [c for stage in job.stages for c in stage.result_columns(options)]
     errors = dataset.to_table(columns=[id_column, ERROR_COLUMN])
     failed = pc.is_valid(errors[ERROR_COLUMN])
     rows_written = errors.num_rows
@@ -309,7 +309,7 @@ def declared_choices(job: "JobDefinition[Any]", options: Any) -> dict[str, list[
     one text result (a ``*_confidence`` beside it is a number). A stage with several
     text columns is left out rather than guessed at."""
     choices: dict[str, list[str]] = {}
-    for stage in job.stage_list:
+    for stage in job.stages:
         constraint = stage.structured_output(options)
         if not isinstance(constraint, dict) or not isinstance(constraint.get("choice"), list):
             continue
