@@ -12,7 +12,8 @@ from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("date-reformat")
-CODE = sys.modules[JOB.preprocess.__module__]  # the built-in's own Python file
+STAGE = JOB.main_stage
+CODE = sys.modules[STAGE.preprocess.__module__]  # the built-in's own Python file
 accuracy, postprocess, preprocess = CODE.accuracy, CODE.postprocess, CODE.preprocess
 reference_date = CODE.reference_date
 SPEC = load_job_spec(JOB)
@@ -55,7 +56,7 @@ def test_the_prompt_carries_the_date_and_the_answer_is_checked():
 
 
 def test_the_constraint_only_admits_mm_dd_yyyy():
-    pattern = JOB.structured_output(OPTIONS)["regex"]
+    pattern = STAGE.structured_output(OPTIONS)["regex"]
     assert re.fullmatch(pattern, "12-31-2021")
     assert not re.fullmatch(pattern, "13-01-2021")
     assert not re.fullmatch(pattern, "2021-12-31")

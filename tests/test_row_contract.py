@@ -9,19 +9,22 @@ from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")
+STAGE = JOB.main_stage
 OPTIONS = JOB.options_of(load_job_spec(JOB))
 INPUT = pa.schema([("Index", pa.string()), ("Company", pa.string())])
-RESULT_COLUMNS = JOB.result_columns(OPTIONS)
+RESULT_COLUMNS = STAGE.result_columns(OPTIONS)
 SCHEMA = output_schema(INPUT, RESULT_COLUMNS)
 
 
 def finish(rows: list[dict]) -> list[dict]:
     table = pa.Table.from_pylist(rows)
-    return finish_batch(table, JOB.postprocess, OPTIONS, SCHEMA, list(RESULT_COLUMNS)).to_pylist()
+    return finish_batch(table, STAGE.postprocess, OPTIONS, SCHEMA,
+                        list(RESULT_COLUMNS)).to_pylist()
 
 
 def test_prepare_row_keeps_the_input_and_adds_the_prompt():
-    out = prepare_row({"Index": "1", "Company": "Acme"}, JOB.preprocess, OPTIONS, {"max_tokens": 4})
+    out = prepare_row({"Index": "1", "Company": "Acme"}, STAGE.preprocess, OPTIONS,
+                      {"max_tokens": 4})
     assert out["Index"] == "1" and out["error"] is None
     assert out["sampling_params"] == {"max_tokens": 4}
     assert "Acme" in out["messages"][1]["content"]
@@ -58,7 +61,7 @@ def test_an_all_null_batch_still_has_the_output_types():
     table = finish_batch(
         pa.Table.from_pylist([{"Index": "1", "Company": "", "generated_text": None,
                                "error": "preprocess: blank"}]),
-        JOB.postprocess, OPTIONS, SCHEMA, list(RESULT_COLUMNS),
+        STAGE.postprocess, OPTIONS, SCHEMA, list(RESULT_COLUMNS),
     )
     assert table.schema == SCHEMA
     assert table.schema.field("inferred_industry").type == pa.string()

@@ -8,8 +8,9 @@ from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")
+STAGE = JOB.main_stage
 OPTIONS = JOB.options_of(load_job_spec(JOB))
-preprocess, postprocess = JOB.preprocess, JOB.postprocess
+preprocess, postprocess = STAGE.preprocess, STAGE.postprocess
 
 
 def test_preprocess_asks_about_the_company_and_lists_the_choices():
@@ -40,5 +41,5 @@ def test_postprocess_keeps_only_allowed_answers():
 
 
 def test_the_constraint_is_the_choice_list():
-    assert JOB.structured_output(OPTIONS) == {"choice": OPTIONS.output.choice}
-    assert JOB.required_columns(OPTIONS) == ["Company"]
+    assert STAGE.structured_output(OPTIONS) == {"choice": OPTIONS.output.choice}
+    assert STAGE.required_columns(OPTIONS) == ["Company"]

@@ -20,6 +20,7 @@ from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
 JOB = load_job("text-industry")
+STAGE = JOB.main_stage
 L4_PRICE = INSTANCE_PRICES["g6.2xlarge"].usd_per_hour
 HEAD_PRICE = INSTANCE_PRICES["m5.2xlarge"].usd_per_hour
 
@@ -98,7 +99,7 @@ def test_without_a_pilot_the_throughput_table_and_token_estimate_are_used() -> N
     assert tokens_in["source"] == "estimate"
     assert "~4 characters per token over the prompt template" in tokens_in["detail"]
     options = JOB.options_of(load_job_spec(JOB))
-    messages = JOB.preprocess({"Company": PLACEHOLDER_VALUE, "Index": PLACEHOLDER_VALUE},
+    messages = STAGE.preprocess({"Company": PLACEHOLDER_VALUE, "Index": PLACEHOLDER_VALUE},
                               options)["messages"]
     chars = sum(len(m["content"]) for m in messages)
     assert tokens_in["value"] == round(chars / 4 + 5 * 2, 1)
@@ -140,7 +141,7 @@ def test_tokens_are_measured_with_the_models_own_tokenizer(tiny_chat_model: Path
     options = JOB.options_of(load_job_spec(JOB, smoke=True))
     counts = []
     for row in customers_batch(0, 100, 0).to_pylist():
-        text = tokenizer.apply_chat_template(JOB.preprocess(row, options)["messages"],
+        text = tokenizer.apply_chat_template(STAGE.preprocess(row, options)["messages"],
                                              add_generation_prompt=True, tokenize=False)
         counts.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
     assert tokens_in["value"] == round(sum(counts) / len(counts), 1)

@@ -21,6 +21,7 @@ from toolkit.run.task_rows import prepare_task_row
 from toolkit.spec.jobs.catalog import load_job
 
 JOB = load_job("tabular-predict")
+STAGE = JOB.main_stage
 OPTIONS = JOB.spec_model.model_fields["options"].annotation(feature_columns=["age", "income"])
 
 
@@ -47,14 +48,15 @@ def both_ways(columns: dict[str, pa.Array], model: Any = None,
     model = model or Threshold()
     table = pa.table({"account_id": [f"a-{i}" for i in range(len(columns["age"]))], **columns})
     results = {"prediction": options.prediction_type, "probabilities": "list<double>"}
-    finish = {"postprocess": JOB.postprocess, "options": options,
+    finish = {"postprocess": STAGE.postprocess, "options": options,
               "schema": output_schema(table.schema, results),
               "result_columns": list(results), "engine_output": "prediction"}
-    by_batch = prepare_table(table, JOB.preprocess_batch, options, ("features",))
-    by_row = prepare_batch(table, prepare_task_row, preprocess=JOB.preprocess, options=options,
+    by_batch = prepare_table(table, STAGE.preprocess_batch, options, ("features",))
+    by_row = prepare_batch(table, prepare_task_row, preprocess=STAGE.preprocess, options=options,
                            input_columns=("features",))
     by_row = through_numpy(by_row, lambda numpy: predict_rows(numpy, model))
-    return (finish_batch(predict_tabular(by_batch, model), postprocess_batch=JOB.postprocess_batch,
+    return (finish_batch(predict_tabular(by_batch, model),
+                         postprocess_batch=STAGE.postprocess_batch,
                          **finish).to_pylist(),
             finish_batch(by_row, **finish).to_pylist())
 

@@ -124,12 +124,12 @@ def test_chat_specs_keep_their_dump_and_fingerprint():
 
 def test_row_functions_without_ray():
     code = {name: load_job(name) for name in JOBS}
-    classify = code["text-classify"]
-    options = load_job_spec(classify).options
+    classify = code["text-classify"].main_stage
+    options = load_job_spec(code["text-classify"]).options
     assert classify.preprocess({"review": "Great"}, options) == {"prompt": "Great"}
     with pytest.raises(ValueError, match="column 'review' is empty"):
         classify.preprocess({"review": "  "}, options)
-    image = code["image-classify"]
+    image = code["image-classify"].main_stage
     with pytest.raises(ValueError, match="column 'jpg': not a recognised image format"):
-        image.preprocess({"jpg": b"hello"}, load_job_spec(image).options)
+        image.preprocess({"jpg": b"hello"}, load_job_spec(code["image-classify"]).options)
 
