@@ -8,13 +8,17 @@ an error row.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, StrictModel
-from toolkit.spec.row_contract import engine_results
+from toolkit.spec.row_contract import engine_result_columns, engine_results
+from toolkit.spec.text_prompts import text_prompt, text_prompts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class EmbedOptions(StrictModel):
@@ -26,14 +30,19 @@ class EmbedSpec(JobSpec):
 
 
 def preprocess(row: dict[str, Any], options: EmbedOptions) -> dict[str, Any]:
-    text = row.get(options.text_column)
-    if text is None or not str(text).strip():
-        raise ValueError(f"column {options.text_column!r} is empty")
-    return {"prompt": str(text)}
+    return text_prompt(row, options.text_column)
+
+
+def preprocess_batch(table: "pa.Table", options: EmbedOptions) -> "pa.Table":
+    return text_prompts(table, options.text_column)
 
 
 def postprocess(row: dict[str, Any], options: EmbedOptions) -> dict[str, Any]:
     return engine_results(row, ("embedding",))
+
+
+def postprocess_batch(table: "pa.Table", options: EmbedOptions) -> "pa.Table":
+    return engine_result_columns(table, ("embedding",))
 
 
 def dimensions(table: Any) -> dict[str, int | float]:
@@ -50,6 +59,8 @@ JOB = JobDefinition(
     spec_model=EmbedSpec,
     preprocess=preprocess,
     postprocess=postprocess,
+    preprocess_batch=preprocess_batch,
+    postprocess_batch=postprocess_batch,
     required_columns=lambda options: [options.text_column],
     result_columns=lambda options: {"embedding": "list<float>"},
     summary_columns=("embedding",),

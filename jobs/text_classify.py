@@ -9,13 +9,17 @@ Data LLM's ``task_type: classify``. Results: ``label`` (the top class) and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec, StrictModel
-from toolkit.spec.row_contract import engine_results
+from toolkit.spec.row_contract import engine_result_columns, engine_results
+from toolkit.spec.text_prompts import text_prompt, text_prompts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class TextOptions(StrictModel):
@@ -29,14 +33,19 @@ class TextClassifySpec(JobSpec):
 
 
 def preprocess(row: dict[str, Any], options: TextOptions) -> dict[str, Any]:
-    text = row.get(options.text_column)
-    if text is None or not str(text).strip():
-        raise ValueError(f"column {options.text_column!r} is empty")
-    return {"prompt": str(text)}
+    return text_prompt(row, options.text_column)
+
+
+def preprocess_batch(table: "pa.Table", options: TextOptions) -> "pa.Table":
+    return text_prompts(table, options.text_column)
 
 
 def postprocess(row: dict[str, Any], options: TextOptions) -> dict[str, Any]:
     return engine_results(row, ("label", "score"))
+
+
+def postprocess_batch(table: "pa.Table", options: TextOptions) -> "pa.Table":
+    return engine_result_columns(table, ("label", "score"))
 
 
 JOB = JobDefinition(
@@ -45,6 +54,8 @@ JOB = JobDefinition(
     spec_model=TextClassifySpec,
     preprocess=preprocess,
     postprocess=postprocess,
+    preprocess_batch=preprocess_batch,
+    postprocess_batch=postprocess_batch,
     required_columns=lambda options: [options.text_column],
     result_columns=lambda options: {"label": "string", "score": "double"},
     smoke_overrides={

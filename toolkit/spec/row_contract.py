@@ -8,9 +8,12 @@ row is written with its reason instead of killing the job.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ERROR_COLUMN = "error"
 MESSAGES_COLUMN = "messages"
@@ -121,3 +124,22 @@ def arrow_type(alias: str) -> Any:
 def engine_results(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
     """The engine's outputs as result columns: the postprocess of jobs that add nothing."""
     return {column: plain(row.get(column)) for column in columns}
+
+
+def engine_result_columns(table: "pa.Table", columns: Sequence[str]) -> "pa.Table":
+    """:func:`engine_results` for a whole block: the engine's output columns as they are
+    (a tensor column as its plain list storage) and no error of its own."""
+    import pyarrow as pa
+
+    made: dict[str, Any] = {}
+    for name in columns:
+        if name not in table.column_names:
+            made[name] = pa.nulls(table.num_rows)
+            continue
+        values = table.column(name)
+        if isinstance(values.type, pa.ExtensionType):
+            values = pa.chunked_array([chunk.storage for chunk in values.chunks],
+                                      values.type.storage_type)
+        made[name] = values
+    made[ERROR_COLUMN] = pa.nulls(table.num_rows, pa.string())
+    return pa.table(made)
