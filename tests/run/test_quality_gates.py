@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from tests.docs.test_docs_commands import CHECKOUT, SHELL, Command, blocks, in_terminal, missing
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
@@ -31,47 +32,41 @@ def toolkit(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
                                                 "TOOLKIT_PROGRESS_INTERVAL": "1"})
 
 
-def customers_csv(folder: Path, rows: int) -> Path:
-    toolkit("samples", "customers", "--rows", str(rows), "-o", "rows.csv", cwd=folder)
-    return folder / "rows.csv"
-
-
 def test_a_run_cut_off_at_max_tokens_stops_early_and_retry_fixes_it_in_place(tmp_path):
-    # Long enough (several seconds of rows) for the stop-loss's looks, a second apart.
-    customers_csv(tmp_path, 8000)
+    """docs/quality.md's session on a terminal: each command prints what the page shows
+    (the docs test leaves these blocks to this test), and the files hold what it says."""
+    samples, run, retry = [command for block in blocks(CHECKOUT / "docs" / "quality.md")
+                           if block.language in SHELL for command in block.commands()]
+    out = tmp_path / "out" / "text-industry"
 
-    stopped = toolkit("run", "text-industry", "--smoke", "--input", "rows.csv",
-                      "--set", "sampling.max_tokens=1", "--output", "out", cwd=tmp_path)
+    def as_the_page_shows(command: Command) -> None:
+        printed, code = in_terminal(command.text, tmp_path)
+        fails = any(line.startswith("Error:") for line in command.shown)
+        assert (code != 0) == fails, "\n".join(printed[-40:])
+        assert missing(command.shown, printed) == [], "\n".join(printed)
 
-    assert stopped.returncode == 8, stopped.stderr[-2000:]
-    assert "Stopped early" in stopped.stderr and "truncated" in stopped.stderr
-    assert "sampling.max_tokens=1" in stopped.stderr
-    assert "toolkit retry out --set sampling.max_tokens=16" in stopped.stderr
-    assert "failed checks: truncated" in stopped.stdout + stopped.stderr  # the progress line
-    first = pd.read_parquet(tmp_path / "out")
-    assert 0 < len(first) < 8000, "it stopped before the end, keeping what it wrote"
+    as_the_page_shows(samples)
+    as_the_page_shows(run)  # stopped early, exit 8, with the retry command to run
+    first = pd.read_parquet(out)
+    assert 0 < len(first) < 1000, "it stopped before the end, keeping what it wrote"
     assert (first["finish_reason"] == "length").all()
     assert first["error"].str.startswith("truncated: the answer was cut off at max_tokens=1").all()
 
-    fixed = toolkit("retry", "out", "--set", "sampling.max_tokens=16", cwd=tmp_path)
-
-    assert fixed.returncode == 0, fixed.stderr[-2000:]
-    assert f"redoing {len(first):,} failed rows" in fixed.stdout
-    rows = pd.read_parquet(tmp_path / "out")
-    assert len(rows) == 8000 and rows["Index"].nunique() == 8000
+    as_the_page_shows(retry)
+    rows = pd.read_parquet(out)
+    assert len(rows) == 1000 and rows["Index"].nunique() == 1000
     assert rows["error"].isna().all()
     assert set(rows["inferred_industry"]) <= TEXT_INDUSTRY_CHOICES
     assert (rows["finish_reason"] == "stop").all()
     assert rows["inferred_industry_confidence"].between(0, 1).all()
-    summary = json.loads((tmp_path / "out" / "_summary.json").read_text())
-    assert summary["rows_written"] == 8000 and summary["error_rows"] == 0
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["rows_written"] == 1000 and summary["error_rows"] == 0
     assert summary["checks"]["truncated"] == {"failed": 0, "rate": 0.0}
     assert [a["attempt"] for a in summary["attempts"]] == [1, 2]
     assert summary["attempts"][1]["changed"] == ["sampling.max_tokens"]
     assert summary["attempts"][1]["rows"] == len(first)
-    assert "attempts:      2" in fixed.stdout
 
-    again = toolkit("retry", "out", cwd=tmp_path)
+    again = toolkit("retry", "out/text-industry", cwd=tmp_path)
     assert again.returncode == 0 and "Nothing to retry" in again.stdout
 
 
