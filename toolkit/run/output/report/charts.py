@@ -1,21 +1,18 @@
-"""Charts of a run report, drawn with matplotlib as inline SVG (no scripts, no network).
+"""Charts of a run report as small inline SVG (no scripts, no network): what each chart
+shows. How axes, ticks and text are drawn is :mod:`.svg`'s.
 
-matplotlib is imported inside these functions: a run imports it only when it writes
-its report, and ``toolkit --help`` never does. Figures are made with
-``matplotlib.figure.Figure`` directly, not pyplot, so no GUI backend or global figure
-state is involved (safe in Ray's driver and in threads).
+No plotting library: every run writes its report, and matplotlib's import and SVG
+writer took about a second of it; these charts are a few bars and lines.
 """
 
 from __future__ import annotations
 
-import io
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+import math
+from bisect import bisect_right
 
 from pydantic import BaseModel, Field
 
+from toolkit.run.output.report import svg
 from toolkit.run.output.report.report_data import ColumnFigures, WritePoint
 
 ACCENT = "#3b6fd8"
@@ -23,56 +20,16 @@ ERROR_RED = "#d0483e"
 RATE_ORANGE = "#e08a1e"
 #: Bars shown in a category chart; the rest are summed into one "(N others)" bar.
 MAX_BARS = 12
-
-_STYLE = {
-    # Text stays text in the SVG (smaller, selectable) and takes the page's fonts.
-    "svg.fonttype": "none",
-    # DejaVu Sans ships with matplotlib, so text is measured the same everywhere;
-    # the page's CSS shows it in the reader's system font.
-    "font.family": "sans-serif",
-    "font.sans-serif": ["DejaVu Sans"],
-    "font.size": 10,
-    # User values are labels: "$5" must not be read as TeX.
-    "text.parse_math": False,
-    "axes.edgecolor": "#c9ced6",
-    "axes.labelcolor": "#4a5160",
-    "xtick.color": "#4a5160",
-    "ytick.color": "#4a5160",
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.color": "#eceff3",
-    "axes.axisbelow": True,
-    "svg.hashsalt": "toolkit-report",  # the same run gives the same file
-}
-
-
-@contextmanager
-def _figure(height: float = 2.6) -> Iterator[tuple[Any, Any]]:
-    import matplotlib
-
-    with matplotlib.rc_context(_STYLE):
-        from matplotlib.figure import Figure
-
-        figure = Figure(figsize=(5.2, height), layout="constrained")
-        yield figure, figure.add_subplot()
-
-
-def _svg(figure: Any) -> str:
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", transparent=True, metadata={"Date": None})
-    svg = buffer.getvalue()
-    # Inline in HTML: no XML prolog or DOCTYPE; scales with its grid cell.
-    svg = svg[svg.index("<svg"):]
-    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
-    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', svg, count=1)
+#: Bins of a histogram of values that aren't a few whole numbers.
+BINS = 20
 
 
 def column_chart(column: ColumnFigures) -> str | None:
     """An SVG chart fitting the column's type, or None where a sentence says it better
     or the page draws it (categories: :func:`category_bars`)."""
-    if column.kind in ("numbers", "confidence", "text") and column.sample:
-        return _histogram(column.sample, confidence=column.kind == "confidence",
+    values = [v for v in column.sample if math.isfinite(v)]  # NaN and inf have no place
+    if column.kind in ("numbers", "confidence", "text") and values:
+        return _histogram(values, confidence=column.kind == "confidence",
                           xlabel="characters" if column.kind == "text" else column.name)
     return None
 
@@ -81,28 +38,47 @@ def _histogram(values: list[float], confidence: bool, xlabel: str) -> str:
     distinct = sorted(set(values))
     if len(distinct) <= MAX_BARS and all(float(v).is_integer() for v in distinct):
         return _discrete(values, distinct, xlabel)  # bins around a few integers mislead
-    with _figure() as (figure, axes):
-        low, high = min(values), max(values)
-        if confidence:
-            low, high = min(low, 0.0), max(high, 1.0)
-        else:
-            low, high, outside = _shown_range(values, low, high)
-            if outside:
-                axes.set_title(f"{outside:,} rows outside the range shown "
-                               f"({min(values):,.4g} to {max(values):,.4g})",
-                               fontsize=8.5, color="#5d6575", loc="left")
-                values = [v for v in values if low <= v <= high]
-        if all(float(v).is_integer() for v in values) and 0 < high - low <= 60:
-            # Counts (tokens, characters): a bar per whole number, no empty slivers between.
-            bins: Any = [x - 0.5 for x in range(int(low), int(high) + 2)]
-        else:
-            bins = 20 if high > low else 1
-        axes.hist(values, bins=bins, range=(low, high) if high > low and isinstance(bins, int)
-                  else None, color=ACCENT, edgecolor="white", linewidth=0.6)
-        _thousands(axes.yaxis)
-        axes.set_xlabel(xlabel)
-        axes.set_ylabel("rows")
-        return _svg(figure)
+    low, high = min(values), max(values)
+    title = ""
+    if confidence:
+        low, high = min(low, 0.0), max(high, 1.0)
+    else:
+        low, high, outside = _shown_range(values, low, high)
+        if outside:
+            title = (f"{outside:,} rows outside the range shown "
+                     f"({svg.value(min(values))} to {svg.value(max(values))})")
+            values = [v for v in values if low <= v <= high]
+    whole = all(float(v).is_integer() for v in values) and 0 < high - low <= 60
+    if whole:
+        # Counts (tokens, characters): a bar per whole number, no empty slivers between.
+        edges = [x - 0.5 for x in range(int(low), int(high) + 2)]
+    else:
+        if high <= low:  # one value: a bar a unit wide around it
+            low, high = low - 0.5, high + 0.5
+        width = (high - low) / BINS
+        edges = [low + i * width for i in range(BINS)] + [high]
+    counts = _binned(values, edges)
+    top = svg.ceiling(max(counts))
+    plot = svg.Plot(x=(edges[0], edges[-1]), y=(0, top),
+                    x_ticks=svg.x_ticks(edges[0], edges[-1], integer=whole),
+                    y_ticks=svg.ticks(0, top, integer=True), x_label=xlabel,
+                    y_label="rows", title=title)
+    for left, right, rows in zip(edges, edges[1:], counts):
+        if rows:  # a white gap between bars, as the page's category bars have
+            x1, x2 = plot.x(left), plot.x(right)
+            gap = min(0.6, (x2 - x1) / 4)
+            plot.elements.append(svg.rect(x1 + gap, plot.y(rows), x2 - x1 - 2 * gap,
+                                          plot.y(0) - plot.y(rows), ACCENT))
+    return plot.svg(f"histogram of {xlabel}")
+
+
+def _binned(values: list[float], edges: list[float]) -> list[int]:
+    """Rows in each bin [edges[i], edges[i+1]); the last bin includes its right edge."""
+    counts = [0] * (len(edges) - 1)
+    for value in values:
+        if edges[0] <= value <= edges[-1]:
+            counts[min(len(counts) - 1, bisect_right(edges, value) - 1)] += 1
+    return counts
 
 
 def _shown_range(values: list[float], low: float,
@@ -123,17 +99,22 @@ def _shown_range(values: list[float], low: float,
 
 
 def _discrete(values: list[float], distinct: list[float], xlabel: str) -> str:
+    """A bar per value with its count above it (the axis labels each bar, not a scale)."""
     counts = [values.count(v) for v in distinct]
-    with _figure() as (figure, axes):
-        bars = axes.bar([f"{v:g}" for v in distinct], counts, color=ACCENT, width=0.6)
-        axes.bar_label(bars, labels=[f"{c:,}" for c in counts], padding=2, fontsize=9,
-                       color="#4a5160")
-        axes.set_ylim(0, max(counts) * 1.15)
-        _thousands(axes.yaxis)
-        axes.grid(axis="x", visible=False)
-        axes.set_xlabel(xlabel)
-        axes.set_ylabel("rows")
-        return _svg(figure)
+    top = svg.ceiling(max(counts))
+    room = max(top, max(counts) * 1.12)  # for the count above the tallest bar
+    names = [f"{v:,.0f}" for v in distinct]
+    positions = [float(i) for i in range(len(distinct))]
+    plot = svg.Plot(x=(-0.6, len(distinct) - 0.4), y=(0, room), x_ticks=positions,
+                    x_tick_text=names, y_ticks=svg.ticks(0, top, integer=True),
+                    x_label=xlabel, y_label="rows")
+    for i, rows in zip(positions, counts):
+        x1, x2 = plot.x(i - 0.3), plot.x(i + 0.3)
+        plot.elements.append(svg.rect(x1, plot.y(rows), x2 - x1, plot.y(0) - plot.y(rows),
+                                      ACCENT))
+        plot.elements.append(svg.text((x1 + x2) / 2, plot.y(rows) - 4, f"{rows:,}",
+                                      size=11))
+    return plot.svg(f"rows by {xlabel}")
 
 
 def throughput_chart(points: list[WritePoint]) -> str | None:
@@ -142,26 +123,32 @@ def throughput_chart(points: list[WritePoint]) -> str | None:
         return None
     seconds = [p.seconds for p in points]
     rows = [p.rows for p in points]
-    with _figure(height=2.6) as (figure, axes):
-        axes.fill_between(seconds, rows, step="post", color=ACCENT, alpha=0.12)
-        axes.step(seconds, rows, where="post", color=ACCENT, linewidth=1.8)
-        axes.set_xlabel("seconds since the run started")
-        axes.set_ylabel("rows written", color=ACCENT)
-        axes.set_ylim(bottom=0)
-        axes.set_xlim(left=0)
-        _thousands(axes.yaxis)
-        windows = _rate_windows(points)
-        if windows:
-            rate_axes = axes.twinx()
-            rate_axes.stairs([rate for _, _, rate in windows],
-                             [windows[0][0], *[end for _, end, _ in windows]],
-                             color=RATE_ORANGE, linewidth=1.4, baseline=None)
-            rate_axes.set_ylabel("rows/s", color=RATE_ORANGE)
-            rate_axes.set_ylim(bottom=0)
-            rate_axes.grid(False)
-            rate_axes.spines["right"].set_visible(True)
-            _thousands(rate_axes.yaxis)
-        return _svg(figure)
+    end = max(seconds[-1], 1e-9)
+    top = svg.ceiling(max(rows))
+    windows = _rate_windows(points)
+    rate_top = svg.ceiling(max(rate for _, _, rate in windows)) if windows else 0.0
+    plot = svg.Plot(
+        x=(0, end), y=(0, top), x_ticks=svg.x_ticks(0, end),
+        y_ticks=svg.ticks(0, top, integer=True),
+        x_label="seconds since the run started", y_label="rows written", y_colour=ACCENT,
+        right=(0, rate_top) if windows else None,
+        right_ticks=svg.ticks(0, rate_top) if windows else (), right_label="rows/s",
+        right_colour=RATE_ORANGE)
+    # Rows written is a step: each piece's rows appear at once when it is written.
+    steps = [(plot.x(seconds[0]), plot.y(rows[0]))]
+    for i in range(1, len(points)):
+        steps += [(plot.x(seconds[i]), plot.y(rows[i - 1])),
+                  (plot.x(seconds[i]), plot.y(rows[i]))]
+    fill = [(plot.x(seconds[0]), plot.y(0)), *steps, (plot.x(seconds[-1]), plot.y(0))]
+    plot.elements.append(svg.path(fill, ACCENT, fill=ACCENT, opacity=0.12))
+    plot.elements.append(svg.path(steps, ACCENT, width=1.8))
+    if windows and plot.right is not None:
+        rate = plot.right
+        stairs = []
+        for start, stop, value in windows:
+            stairs += [(plot.x(start), rate(value)), (plot.x(stop), rate(value))]
+        plot.elements.append(svg.path(stairs, RATE_ORANGE, width=1.4))
+    return plot.svg("rows written over the run", vertical_grid=True)
 
 
 def _rate_windows(points: list[WritePoint]) -> list[tuple[float, float, float]]:
@@ -182,14 +169,6 @@ def _rate_windows(points: list[WritePoint]) -> list[tuple[float, float, float]]:
                    if start < b.seconds <= end or (i == 0 and b.seconds == start))
         windows.append((start, end, rows / width))
     return windows
-
-
-def _thousands(axis: Any) -> None:
-    """At most 6 ticks, written 12,000 rather than 12000."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
-
-    axis.set_major_locator(MaxNLocator(6, integer=True))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
 
 
 class Bar(BaseModel):

@@ -22,21 +22,14 @@ def render_page(data: ReportData) -> str:
         lstrip_blocks=True,
     )
     environment.filters["num"] = _number
-    # A cluster image may lack matplotlib (a core dependency, but images are the
-    # user's): the page then has every figure and table, without the charts.
-    try:
-        import matplotlib  # noqa: F401
-        can_draw = True
-    except ImportError:
-        can_draw = False
-    # The only markup not escaped: SVG that matplotlib wrote (it escapes the labels).
-    charts = [(column, Markup(svg) if can_draw and (svg := column_chart(column)) else None,
+    # The only markup not escaped: SVG that charts.py wrote (it escapes every label).
+    charts = [(column, Markup(svg) if (svg := column_chart(column)) else None,
                category_bars(column) if column.kind == "categories" else [])
               for column in data.columns]
-    throughput = throughput_chart(data.writes) if can_draw else None
+    throughput = throughput_chart(data.writes)
     summary = data.summary
     return environment.get_template(TEMPLATE).render(
-        data=data, summary=summary, charts=charts, can_draw=can_draw,
+        data=data, summary=summary, charts=charts,
         throughput=Markup(throughput) if throughput else None,
         steady_rate=_steady_rate(data),
         # What the run produced first, beside the id (and the picture): with a dozen
