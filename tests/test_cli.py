@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from toolkit.cli.main import main
 
-HEAVY = ("ray", "torch", "transformers", "vllm", "matplotlib")
+# pyarrow and pandas: what reading a run (and writing its report) imports, ~0.5 s more.
+HEAVY = ("ray", "torch", "transformers", "vllm", "pyarrow", "pandas")
 
 CHECK_IMPORTS = """
 import sys
