@@ -32,8 +32,10 @@ class RunFlags(BaseModel):
 
     smoke: bool = Field(False, description="A tiny random-weight model, offline: for trying "
                                            "the API out; answers are noise.")
-    model: str | None = Field(None, description="Model every batch runs on; the requests' own "
-                                                "`model` field is not used.")
+    model: str | None = Field(None, description="Model every batch runs on.")
+    served_model_names: list[str] = Field(
+        [], description="Names the requests' body.model may give for it (default: the "
+                        "model as named); other lines are error lines (404).")
     engine: str | None = Field(None, description="Engine kind (vllm on GPUs, transformers "
                                                  "on CPUs, http for a served model).")
     address: str | None = Field(None, description="Ray cluster for the runs (default: "
@@ -55,6 +57,8 @@ class RunFlags(BaseModel):
                             ("--accelerator", self.accelerator), ("-f", self.spec_file)):
             if value is not None:
                 args += [flag, value]
+        for name in self.served_model_names:
+            args += ["--served-model-name", name]
         for item in self.sets:
             args += ["--set", item]
         return args
