@@ -225,7 +225,7 @@ class Supervisor:
         batch_dir = self.store.batch_dir(batch.id)
         child = batch_runs.start_run(self.store.file_path(batch.input_file_id),
                                      self.store.run_dir(batch.id), batch_dir / "run.log",
-                                     self.flags)
+                                     self.flags, batch.request_counts.total)
         self._children[batch.id] = child
         batch.status = "in_progress"
         batch.in_progress_at = batch.in_progress_at or self._now()
