@@ -155,6 +155,17 @@ def test_a_batch_file_in_gives_the_batch_api_output_file_out():
     assert pq.read_table("out").num_rows == 12
 
 
+def test_served_model_names_are_the_jobs_option_and_no_other_jobs():
+    shown = subprocess.run(["toolkit", "show", "openai-batch", "--served-model-name", "a",
+                            "--served-model-name", "b"], capture_output=True, text=True)
+    assert "options:\n  served_model_names:\n  - a\n  - b\n" in shown.stdout
+    other = subprocess.run(["toolkit", "show", "text-industry", "--served-model-name", "a"],
+                           capture_output=True, text=True)
+    assert other.returncode == 2
+    assert other.stderr.startswith("Error: --served-model-name names the model for the lines "
+                                   "of an OpenAI batch file; job 'text-industry' reads none")
+
+
 def test_lines_that_are_no_request_with_a_custom_id_refuse_the_file_naming_them():
     write_requests(Path("requests.jsonl"), 8, {
         3: '{"custom_id": "req-3", "method": "POST", "url": ',  # cut short
