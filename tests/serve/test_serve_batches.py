@@ -100,6 +100,13 @@ def test_bad_requests_get_openai_errors(server):
         client.batches.create(input_file_id=file.id, endpoint="/v1/embeddings",
                               completion_window="24h")
     assert wrong_endpoint.value.param == "endpoint"
+    empty = client.files.create(file=("empty.jsonl", b"\n"), purpose="batch")
+    with pytest.raises(openai.BadRequestError) as no_requests:  # refused, as OpenAI does
+        client.batches.create(input_file_id=empty.id, endpoint="/v1/chat/completions",
+                              completion_window="24h")
+    assert (no_requests.value.code, no_requests.value.param) == ("empty_file", "input_file_id")
+    assert no_requests.value.message.endswith(
+        f"File '{empty.id}' holds no requests (no non-blank line).")
     assert client.files.delete(file.id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(file.id)
