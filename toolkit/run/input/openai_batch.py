@@ -102,7 +102,8 @@ REQUEST_COLUMNS: dict[str, str] = {
 #: Body fields that become sampling params (vLLM's names on the right).
 _SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
                     "response_format")
-#: Body fields that don't change an answer, accepted and not used.
+#: Body fields that don't change an answer, accepted and not used (``model`` is
+#: checked against the served names when the line is read).
 _IGNORED_FIELDS = ("model", "user", "metadata", "store", "service_tier", "stream", "n",
                    "logprobs", "parallel_tool_calls")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -125,21 +126,18 @@ def served_model_names(spec: JobSpec) -> list[str]:
     return list(names) if names else [spec.engine.model]
 
 
-_BODY_FIELD = re.compile(r"body\.(\w+)")
 #: The field a request's error names first (``line 3: body.n 2: ...``, ``line 3: url ...``).
 _NAMED_FIELD = re.compile(r"(?:line \d+: )?(?:body\.(\w+)|(url|method|body)\b)")
 
 
 class RequestError(ValueError):
     """Why a request can't be run as given, with the HTTP status the Batch API answers
-    it with (400: bad, 404: a model not served) and the body field it names."""
+    it with (400: bad, 404: a model not served). Its message names the field first
+    (``body.n ...``, ``url ...``), which :func:`line_error` reports as its ``param``."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 code: str = "invalid_request") -> None:
+    def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
-        named = _BODY_FIELD.match(message)
-        self.status, self.code = status, code
-        self.param = param or (named.group(1) if named else None)
+        self.status = status
 
 
 class UnusableLine(ValueError):
@@ -203,18 +201,18 @@ def parse_request_line(text: str, line: int,
     url = request.get("url")
     if str(method).upper() != "POST":
         return _bad_line(line, custom_id, RequestError(
-            f"method {method!r} is not supported; only POST", param="method"), url, model)
+            f"method {method!r} is not supported; only POST"), url, model)
     if url != CHAT_COMPLETIONS_URL:
         return _bad_line(line, custom_id, RequestError(
-            f"url {url!r} is not supported; only {CHAT_COMPLETIONS_URL} (chat completions)",
-            param="url"), url, model)
+            f"url {url!r} is not supported; only {CHAT_COMPLETIONS_URL} (chat completions)"),
+            url, model)
     if not isinstance(body, dict):
         return _bad_line(line, custom_id, RequestError(
-            "body must be a JSON object with model and messages", param="body"), url, model)
+            "body must be a JSON object with model and messages"), url, model)
     if asked is not None and (not isinstance(asked, str) or (served and asked not in served)):
         return _bad_line(line, custom_id, RequestError(
-            f"The model `{asked}` does not exist.", status=404, param="model",
-            code="model_not_found"), url, served[0] if served else None)
+            f"The model `{asked}` does not exist.", status=404), url,
+            served[0] if served else None)
     body_text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     try:
         chat_request(body_text)
