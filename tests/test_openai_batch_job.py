@@ -56,6 +56,10 @@ def toolkit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env={**os.environ, "RAY_ADDRESS": ""})
 
 
+#: The files here ask for gpt-4o-mini, which the tiny model answers as.
+SERVED = ("--served-model-name", "gpt-4o-mini")
+
+
 def read_batch_output(out: Path) -> list[dict]:
     with open(out / "_batch_output.jsonl", encoding="utf-8") as lines:
         return [json.loads(line) for line in lines]
@@ -96,40 +100,109 @@ def test_each_request_brings_its_own_sampling_params_over_the_specs():
         "temperature": 0.0, "top_p": 1.0,  # the spec's: the body doesn't say
         "max_tokens": 5, "structured_outputs": {"json": '{"type": "object"}'}}
 
-    bad = prepare_row(parse_request_line("{oops", line=2), job.main_stage.preprocess,
-                      job.options_of(spec), spec_params)
-    assert bad["error"].startswith("preprocess: line 2: not valid JSON")
+    bad = prepare_row(parse_request_line(json.dumps({
+        "custom_id": "b", "url": "/v1/chat/completions",
+        "body": {"messages": [{"role": "user", "content": "Hi"}], "n": 2}}), line=2),
+        job.main_stage.preprocess, job.options_of(spec), spec_params)
+    assert bad["error"] == "preprocess: line 2: body.n 2: one answer per request only (n: 1)"
     assert bad["__inference_error__"] == bad["error"]
 
 
-MALFORMED = {3: '{"custom_id": "req-3", "method": "POST", "url": ',  # cut short
-             7: json.dumps({"method": "POST", "url": "/v1/chat/completions",
-                            "body": {"messages": [{"role": "user", "content": "Hi"}]}})}
+def request(custom_id: str, url: str = "/v1/chat/completions", **body) -> str:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}], **body}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+REFUSED = {3: request("req-3", url="/v1/embeddings"), 5: request("req-5", model="gpt-5"),
+           7: request("req-7", temperature=5)}
 
 
 def test_a_batch_file_in_gives_the_batch_api_output_file_out():
-    ids = write_requests(Path("requests.jsonl"), 12, MALFORMED)
-    done = toolkit("--input", "requests.jsonl", "--smoke", "--output", "out")
+    write_requests(Path("requests.jsonl"), 12, {
+        **REFUSED, 9: request("req-9", model="tiny", max_tokens=3)})
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--output", "out",
+                   "--served-model-name", "gpt-4o-mini", "--served-model-name", "tiny")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Batch API output: out/_batch_output.jsonl (12 lines" in done.stdout
 
     lines = read_batch_output(Path("out"))
-    assert [line["custom_id"] for line in lines] == [
-        "req-1", "req-2", "line-3", "req-4", "req-5", "req-6", "line-7", *ids[5:]]
-    errors = {line["custom_id"]: line["error"] for line in lines if line["error"]}
-    assert errors == {
-        "line-3": {"code": "invalid_request", "message": "preprocess: line 3: not valid JSON "
-                   "(Expecting value at column 49)"},
-        "line-7": {"code": "invalid_request", "message": "preprocess: line 7: no custom_id; "
-                   "every request needs a unique custom_id string"}}
+    assert [line["custom_id"] for line in lines] == [f"req-{i}" for i in range(1, 13)]
+    failed = {line["custom_id"]: (line["response"]["status_code"],
+                                  line["response"]["body"]["error"]) for line in lines
+              if line["error"]}
+    assert failed == {
+        "req-3": (400, {"message": "line 3: url '/v1/embeddings' is not supported; only "
+                                   "/v1/chat/completions (chat completions)",
+                        "type": "invalid_request_error", "param": "url",
+                        "code": "invalid_request"}),
+        "req-5": (404, {"message": "line 5: The model `gpt-5` does not exist.",
+                        "type": "invalid_request_error", "param": "model",
+                        "code": "model_not_found"}),
+        "req-7": (400, {"message": "line 7: body.temperature must be between 0 and 2, not 5",
+                        "type": "invalid_request_error", "param": "temperature",
+                        "code": "invalid_request"})}
     for line in lines:
-        if line["custom_id"] in ids:
-            assert_answered(line)
-            assert line["response"]["body"]["usage"]["completion_tokens"] <= 6
-        else:
-            assert line["response"] is None
+        if line["error"]:  # vLLM's error field, beside OpenAI's response body
+            assert line["error"]["message"] == "preprocess: " + \
+                line["response"]["body"]["error"]["message"]
+            continue
+        assert_answered(line)
+        assert line["response"]["body"]["usage"]["completion_tokens"] <= 6
+        # The answer's model is the served name its line asked for.
+        assert line["response"]["body"]["model"] == (
+            "tiny" if line["custom_id"] == "req-9" else "gpt-4o-mini")
     # The Batch API file sits beside the results without getting in a Parquet reader's way.
     assert pq.read_table("out").num_rows == 12
+
+
+def test_served_model_names_are_the_jobs_option_and_no_other_jobs():
+    shown = subprocess.run(["toolkit", "show", "openai-batch", "--served-model-name", "a",
+                            "--served-model-name", "b"], capture_output=True, text=True)
+    assert "options:\n  served_model_names:\n  - a\n  - b\n" in shown.stdout
+    other = subprocess.run(["toolkit", "show", "text-industry", "--served-model-name", "a"],
+                           capture_output=True, text=True)
+    assert other.returncode == 2
+    assert other.stderr.startswith("Error: --served-model-name names the model for the lines "
+                                   "of an OpenAI batch file; job 'text-industry' reads none")
+
+
+def test_lines_that_are_no_request_with_a_custom_id_refuse_the_file_naming_them():
+    write_requests(Path("requests.jsonl"), 8, {
+        3: '{"custom_id": "req-3", "method": "POST", "url": ',  # cut short
+        7: json.dumps({"method": "POST", "url": "/v1/chat/completions",
+                       "body": {"messages": [{"role": "user", "content": "Hi"}]}})})
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--output", "out", *SERVED,
+                   timeout=60)
+    assert done.returncode == 2
+    assert ("Error: data.input: requests.jsonl has 2 line(s) that are not a request with a "
+            "custom_id: line 3: not valid JSON (Expecting value at column 49); line 7: no "
+            "custom_id; every request needs a unique custom_id string. Each line must be a "
+            "JSON object with a unique custom_id string") in done.stderr
+    assert not Path("out/_input").exists() and not list(Path("out").glob("part-*"))
+
+
+def test_an_empty_file_is_refused_in_one_paragraph():
+    Path("requests.jsonl").write_text("\n\n")
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--output", "out", timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-2:] == [
+        "Error: data.input: requests.jsonl holds no requests (no non-blank line).",
+        "Hint: Point --input at an OpenAI Batch API request file (JSONL), one request a line."]
+
+
+def test_a_file_none_of_whose_requests_can_run_is_answered_without_starting_ray():
+    """Without --served-model-name the model is served as --model names it, so lines
+    asking for gpt-4o-mini are answered 404, as vLLM answers them."""
+    write_requests(Path("requests.jsonl"), 3, {2: request("req-2", url="/v1/embeddings")})
+    done = toolkit("--input", "requests.jsonl", "--smoke", "--output", "out", timeout=60)
+    assert done.returncode == 2
+    assert ("Error: data.input: none of the 3 requests in requests.jsonl can run as given, so "
+            "no model was loaded; out/_batch_output.jsonl has each one's error line (the "
+            "first: line 1: The model `gpt-4o-mini` does not exist.).") in done.stderr
+    lines = read_batch_output(Path("out"))
+    assert [(line["custom_id"], line["response"]["status_code"]) for line in lines] == [
+        ("req-1", 404), ("req-2", 400), ("req-3", 404)]
+    assert not Path("out/_logs/run.log").exists()  # Ray's output goes there once it starts
 
 
 def test_duplicate_custom_ids_are_refused_up_front_naming_them():
@@ -165,7 +238,7 @@ def test_a_killed_driver_resumes_by_custom_id_without_duplicates():
     rows = 60
     ids = write_requests(Path("requests.jsonl"), rows, max_tokens=8)
     args = ["toolkit", "run", "openai-batch", "--input", "requests.jsonl", "--smoke",
-            "--output", "out", "--partitions", "6", "--batch-size", "10"]
+            "--output", "out", "--partitions", "6", "--batch-size", "10", *SERVED]
     env = {**os.environ, "RAY_ADDRESS": ""}
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=env, start_new_session=True)
@@ -229,16 +302,17 @@ def served_tiny_model(tiny_chat_model: Path, tmp_path_factory) -> Iterator[str]:
 
 
 def test_the_same_batch_file_runs_on_a_served_model_over_http(served_tiny_model):
-    ids = write_requests(Path("requests.jsonl"), 10, {5: "not json"})
+    ids = write_requests(Path("requests.jsonl"), 10, {5: request("req-5", n=3)})
     done = toolkit("--input", "requests.jsonl", "--smoke", "--engine", "http",
-                   "--set", f"engine.base_url={served_tiny_model}", "--output", "out")
+                   "--set", f"engine.base_url={served_tiny_model}", "--output", "out", *SERVED)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Running openai-batch on http with sample:tiny-chat" in done.stdout + done.stderr
     lines = read_batch_output(Path("out"))
-    assert [line["custom_id"] for line in lines] == [*ids[:4], "line-5", *ids[4:]]
+    assert [line["custom_id"] for line in lines] == [*ids[:4], "req-5", *ids[4:]]
     for line in lines:
-        if line["custom_id"] == "line-5":
-            assert line["error"]["message"].startswith("preprocess: line 5: not valid JSON")
+        if line["custom_id"] == "req-5":
+            assert line["response"]["status_code"] == 400
+            assert line["error"]["message"].startswith("preprocess: line 5: body.n 3")
         else:
             assert_answered(line)
 
@@ -269,7 +343,7 @@ def test_an_unreachable_server_stops_the_run_before_any_row_is_read():
     port = _free_port()  # nothing listens there
     done = toolkit("--input", "requests.jsonl", "--smoke", "--engine", "http",
                    "--set", f"engine.base_url=http://127.0.0.1:{port}/v1", "--output", "out",
-                   timeout=60)
+                   *SERVED, timeout=60)
     assert done.returncode == 3
     assert (f"Error: engine.base_url: can't reach the OpenAI-compatible server at "
             f"http://127.0.0.1:{port}/v1") in done.stderr

@@ -43,7 +43,7 @@ def alias_bomb() -> str:
 def batch_file_with_bom() -> bytes:
     lines = [json.dumps({"custom_id": f"req-{i}", "method": "POST",
                          "url": "/v1/chat/completions",
-                         "body": {"model": "m", "max_tokens": 4,
+                         "body": {"model": "sample:tiny-chat", "max_tokens": 4,
                                   "messages": [{"role": "user", "content": f"{i} + {i}?"}]}})
              for i in (1, 2)]
     return "\ufeff".encode() + "\n".join(lines).encode() + b"\n"

@@ -266,20 +266,20 @@ def test_an_upload_over_200_mb_is_refused_in_constant_memory(server, tmp_path):
     assert sorted(p.name for p in (server.store / "files").iterdir()) == files_before
 
 
-def test_a_malformed_line_does_not_clash_with_a_real_custom_id(server):
+def test_lines_that_are_no_request_fail_the_batch_in_validating_naming_them(server):
+    """OpenAI refuses such a file while it validates it: an answer couldn't be matched to
+    such a line (a made-up id could be a request's own, as line-1 is here)."""
     client = server.client()
-    file = upload(server, ['{"custom_id": "x", oops', request_line("line-1"), request_line("b")])
+    file = upload(server, ['{"custom_id": "x", oops', request_line("line-1"),
+                           json.dumps({"url": CHAT, "body": {}}), request_line("b")])
     batch = client.batches.create(input_file_id=file.id, endpoint=CHAT,
                                   completion_window="24h")
     batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
 
-    assert batch.status == "completed", batch.errors
-    counts = batch.request_counts
-    assert (counts.total, counts.completed, counts.failed) == (3, 2, 1)
-    answered = [json.loads(line) for line in client.files.content(
-        batch.output_file_id).text.splitlines()]
-    assert [line["custom_id"] for line in answered] == ["line-1", "b"]
-    [failed] = [json.loads(line) for line in client.files.content(
-        batch.error_file_id).text.splitlines()]
-    assert failed["custom_id"] is None and failed["response"] is None
-    assert failed["error"]["message"].startswith("preprocess: line 1: not valid JSON")
+    assert batch.status == "failed" and batch.in_progress_at is None
+    assert [(e.code, e.line, e.param) for e in batch.errors.data] == [
+        ("invalid_json_line", 1, None), ("missing_required_parameter", 3, "custom_id")]
+    assert batch.errors.data[0].message.startswith(
+        "Line 1: not valid JSON (Expecting property name enclosed in double quotes")
+    assert batch.output_file_id is None and batch.error_file_id is None
+    assert_no_server_path(server, batch.model_dump_json())

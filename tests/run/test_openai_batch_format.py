@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from toolkit.run.input.openai_batch import batch_output_line, chat_request, parse_request_line
+from toolkit.run.input.openai_batch import (
+    UnusableLine,
+    batch_output_line,
+    chat_request,
+    parse_request_line,
+)
 
 
 def request(custom_id="req-1", url="/v1/chat/completions", **body):
@@ -21,19 +26,37 @@ def test_a_request_line_is_a_row_keyed_on_its_custom_id():
     assert json.loads(row["body"])["max_tokens"] == 5
 
 
-@pytest.mark.parametrize("text, row_id, message", [
-    ('{"custom_id": "a", broken', "line-3", "line 3: not valid JSON (Expecting property name"),
-    ('[1, 2]', "line-3", "line 3: expected a JSON object, got list"),
-    (json.dumps({"url": "/v1/chat/completions", "body": {}}), "line-3", "line 3: no custom_id"),
-    (request(custom_id=7), "line-3", "line 3: custom_id 7 is not a string"),
-    (request(url="/v1/embeddings"), "req-1",
-     "line 3: url '/v1/embeddings' is not supported; only /v1/chat/completions"),
+@pytest.mark.parametrize("text, message", [
+    ('{"custom_id": "a", broken', "line 3: not valid JSON (Expecting property name"),
+    ('[1, 2]', "line 3: expected a JSON object, got list"),
+    (json.dumps({"url": "/v1/chat/completions", "body": {}}), "line 3: no custom_id"),
+    (request(custom_id=7), "line 3: custom_id 7 is not a string"),
 ])
-def test_a_bad_line_is_an_error_row_named_by_its_line(text, row_id, message):
-    row = parse_request_line(text, line=3)
-    assert row["custom_id"] == row_id
+def test_a_line_that_cant_be_matched_to_an_answer_is_refused_naming_it(text, message):
+    with pytest.raises(UnusableLine) as refused:
+        parse_request_line(text, line=3)
+    assert str(refused.value).startswith(message) and refused.value.line == 3
+
+
+@pytest.mark.parametrize("text, status, message", [
+    (request(url="/v1/embeddings"), 400,
+     "line 3: url '/v1/embeddings' is not supported; only /v1/chat/completions"),
+    (request(n=2), 400, "line 3: body.n 2: one answer per request only"),
+    (request(model="gpt-5"), 404, "line 3: The model `gpt-5` does not exist."),
+])
+def test_a_request_that_cant_run_is_an_error_row_with_its_status(text, status, message):
+    row = parse_request_line(text, line=3, served=["gpt-4o-mini", "tiny"])
+    assert row["custom_id"] == "req-1"
     assert row["request_error"].startswith(message)
-    assert row["body"] is None
+    assert row["error_status"] == status and row["body"] is None
+
+
+def test_a_line_asks_for_one_of_the_served_names_or_gets_the_first():
+    served = ["gpt-4o-mini", "tiny"]
+    assert parse_request_line(request(model="tiny"), 1, served)["model"] == "tiny"
+    line = json.dumps({"custom_id": "a", "url": "/v1/chat/completions",
+                       "body": {"messages": [{"role": "user", "content": "Hi"}]}})
+    assert parse_request_line(line, 1, served)["model"] == "gpt-4o-mini"
 
 
 def test_the_body_becomes_messages_and_this_rows_sampling_params():
@@ -87,10 +110,24 @@ def test_output_lines_have_the_batch_apis_shape():
                                 "message": {"role": "assistant", "content": "Hello"}}]
     assert body["usage"] == {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
 
-    failed = batch_output_line("line-3", None, None, None, None,
-                               "preprocess: line 3: not valid JSON", "m", created=100)
-    assert failed["response"] is None
-    assert failed["error"] == {"code": "invalid_request",
-                               "message": "preprocess: line 3: not valid JSON"}
-    assert batch_output_line("r", None, None, None, None, "engine error: boom", "m",
-                             created=1)["error"]["code"] == "inference_error"
+
+@pytest.mark.parametrize("error, status, expected", [
+    ("preprocess: line 3: body.temperature must be between 0 and 2, not 5", 400,
+     (400, "invalid_request_error", "temperature", "invalid_request")),
+    ("preprocess: line 3: The model `gpt-5` does not exist.", 404,
+     (404, "invalid_request_error", "model", "model_not_found")),
+    ("truncated: the answer was cut off at max_tokens=4 ('{\"a\":'); raise "
+     "sampling.max_tokens", None, (400, "invalid_request_error", "max_tokens", "truncated")),
+    ("engine error: CUDA out of memory", None, (500, "server_error", None, "inference_error")),
+])
+def test_a_failed_line_carries_its_status_and_error_as_openais_error_file(
+        error, status, expected):
+    line = batch_output_line("req-3", None, None, None, None, error, "m", created=100,
+                             error_status=status)
+    response = line["response"]
+    [body_error] = response["body"].values()
+    assert (response["status_code"], body_error["type"], body_error["param"],
+            body_error["code"]) == expected
+    assert body_error["message"] == error.removeprefix("preprocess: ")
+    assert response["request_id"]
+    assert line["error"] == {"code": expected[3], "message": error}  # vLLM's field

@@ -42,10 +42,12 @@ class Server:
         return OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=30)
 
     def start(self, *flags: str) -> "Server":
+        """``toolkit serve --smoke`` with ``flags``; requests may ask for gpt-4o-mini."""
         log = open(self.store.parent / f"{self.store.name}-server.log", "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "toolkit.cli.main", "serve", "--smoke", "--store",
-             str(self.store), "--port", str(self.port), *flags],
+             str(self.store), "--port", str(self.port), "--served-model-name", "gpt-4o-mini",
+             *flags],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "TOOLKIT_API_KEY": API_KEY, "RAY_ADDRESS": ""})
         deadline = time.monotonic() + 60
@@ -108,7 +110,8 @@ def write_requests(path: Path, count: int, malformed: dict[int, str] | None = No
             continue
         lines.append(json.dumps({"custom_id": f"req-{i}", "method": "POST",
                                  "url": "/v1/chat/completions",
-                                 "body": {"model": "any", "max_tokens": 1 if i % 3 == 0 else 4,
+                                 "body": {"model": "gpt-4o-mini",
+                                          "max_tokens": 1 if i % 3 == 0 else 4,
                                           "messages": [{"role": "user",
                                                         "content": f"What is {i} plus {i}?"}]}}))
     path.write_text("\n".join(lines) + "\n")

@@ -10,9 +10,12 @@ import pytest
 
 from tests.serve.conftest import wait_for, write_requests
 
-MALFORMED = {5: '{"custom_id": "req-5", "method": "POST", "url": ',  # cut short
-             17: json.dumps({"method": "POST", "url": "/v1/chat/completions",
-                             "body": {"messages": [{"role": "user", "content": "Hi"}]}})}
+def request(custom_id: str, url: str = "/v1/chat/completions", **body) -> str:
+    body = {"messages": [{"role": "user", "content": "Hi"}], **body}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+REFUSED = {5: request("req-5", model="gpt-5"), 17: request("req-17", n=2)}
 
 
 def jsonl(text: str) -> list[dict]:
@@ -21,7 +24,7 @@ def jsonl(text: str) -> list[dict]:
 
 def test_a_batch_runs_to_completed_with_output_and_error_files(server):
     client = server.client()
-    requests = write_requests(Path("requests.jsonl"), 30, MALFORMED)
+    requests = write_requests(Path("requests.jsonl"), 30, REFUSED)
     file = client.files.create(file=requests.open("rb"), purpose="batch")
     assert (file.object, file.purpose, file.filename) == ("file", "batch", "requests.jsonl")
     assert client.files.content(file.id).text == requests.read_text()
@@ -29,7 +32,18 @@ def test_a_batch_runs_to_completed_with_output_and_error_files(server):
     batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
                                   completion_window="24h", metadata={"team": "search"})
     assert batch.status == "validating" and batch.request_counts.total == 30
-    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+    assert batch.model == "gpt-4o-mini"
+    assert batch.expires_at is None  # a batch here never expires: it runs to its end
+    # Every request answered while the run still writes its files: a cancel now comes
+    # too late to stop anything, so the batch completes with all its results.
+    batch = wait_for(client, batch.id, lambda b: b.status != "validating" and (
+        b.request_counts.completed + b.request_counts.failed == 30))
+    try:
+        assert client.batches.cancel(batch.id).status in ("cancelling", "completed")
+    except openai.ConflictError:  # it had completed already
+        pass
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed",
+                                                             "cancelled"))
 
     assert batch.status == "completed", batch.errors
     assert (batch.request_counts.total, batch.request_counts.completed,
@@ -40,8 +54,9 @@ def test_a_batch_runs_to_completed_with_output_and_error_files(server):
         client.files.content(batch.output_file_id).text)}
     assert len(output) == 28
     for i in range(1, 31):
-        if i in MALFORMED:
+        if i in REFUSED:
             continue
+        assert output[f"req-{i}"]["response"]["body"]["model"] == "gpt-4o-mini"
         tokens = output[f"req-{i}"]["response"]["body"]["usage"]["completion_tokens"]
         if i % 3 == 0:  # the line's own max_tokens: 1
             assert tokens == 1
@@ -50,11 +65,15 @@ def test_a_batch_runs_to_completed_with_output_and_error_files(server):
     assert batch.usage.output_tokens == sum(
         line["response"]["body"]["usage"]["completion_tokens"] for line in output.values())
     errors = jsonl(client.files.content(batch.error_file_id).text)
-    # No usable custom_id: null, as in OpenAI's error files (a made-up one could clash).
-    assert [(e["custom_id"], e["error"]["message"]) for e in errors] == [
-        (None, "preprocess: line 5: not valid JSON (Expecting value at column 49)"),
-        (None, "preprocess: line 17: no custom_id; every request needs a unique "
-               "custom_id string")]
+    # As OpenAI's error files: the status, and the error as the API would have answered.
+    assert [(e["custom_id"], e["response"]["status_code"], e["response"]["body"]["error"])
+            for e in errors] == [
+        ("req-5", 404, {"message": "line 5: The model `gpt-5` does not exist.",
+                        "type": "invalid_request_error", "param": "model",
+                        "code": "model_not_found"}),
+        ("req-17", 400, {"message": "line 17: body.n 2: one answer per request only (n: 1)",
+                         "type": "invalid_request_error", "param": "n",
+                         "code": "invalid_request"})]
     assert len({e["id"] for e in errors}) == 2
     assert client.files.retrieve(batch.output_file_id).purpose == "batch_output"
     assert batch.id in [b.id for b in client.batches.list(limit=5)]
@@ -81,6 +100,13 @@ def test_bad_requests_get_openai_errors(server):
         client.batches.create(input_file_id=file.id, endpoint="/v1/embeddings",
                               completion_window="24h")
     assert wrong_endpoint.value.param == "endpoint"
+    empty = client.files.create(file=("empty.jsonl", b"\n"), purpose="batch")
+    with pytest.raises(openai.BadRequestError) as no_requests:  # refused, as OpenAI does
+        client.batches.create(input_file_id=empty.id, endpoint="/v1/chat/completions",
+                              completion_window="24h")
+    assert (no_requests.value.code, no_requests.value.param) == ("empty_file", "input_file_id")
+    assert no_requests.value.message.endswith(
+        f"File '{empty.id}' holds no requests (no non-blank line).")
     assert client.files.delete(file.id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(file.id)
@@ -94,8 +120,12 @@ def test_batches_list_pages_newest_first(server):
                                   completion_window="24h").id for _ in range(3)]
     with pytest.raises(openai.ConflictError):  # the batches still need it
         client.files.delete(file.id)
-    for batch_id in made:  # they needn't run for this test
-        client.batches.cancel(batch_id)
+    for batch_id in made[1:]:  # they needn't run for this test; the first may have started
+        assert client.batches.cancel(batch_id).status == "cancelling"  # as OpenAI's, first
+    client.batches.cancel(made[0])
+    for batch_id in made[1:]:
+        assert wait_for(client, batch_id, lambda b: b.status != "cancelling").status == \
+            "cancelled"
     first = client.batches.list(limit=2)
     assert [b.id for b in first.data] == made[::-1][:2] and first.has_more
     second = client.batches.list(limit=2, after=first.data[-1].id)
@@ -120,3 +150,27 @@ def test_duplicate_custom_ids_fail_the_batch_naming_them(server):
     assert error.message.startswith("Duplicate custom_id 'a': line 3 repeats line 1.")
     assert "Hint: Give every request its own custom_id" in error.message
     assert batch.output_file_id is None
+
+
+def test_a_batch_none_of_whose_requests_can_run_completes_with_its_error_file_alone(server):
+    client = server.client()
+    file = client.files.create(file=("refused.jsonl", "\n".join([
+        request("a", model="gpt-5"), request("b", url="/v1/embeddings")]).encode()),
+        purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+
+    assert batch.status == "completed" and batch.in_progress_at is None  # no run started
+    counts = batch.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (2, 0, 2)
+    assert batch.output_file_id is None
+    errors = jsonl(client.files.content(batch.error_file_id).text)
+    assert [(e["custom_id"], e["response"]["status_code"]) for e in errors] == [
+        ("a", 404), ("b", 400)]
+
+
+def test_a_batch_is_split_so_its_request_counts_move_as_requests_finish():
+    from toolkit.serve.batch_runs import partitions
+
+    assert [partitions(n) for n in (1, 16, 30, 60, 1500, 50_000)] == [1, 1, 2, 4, 10, 196]

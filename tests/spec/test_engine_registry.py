@@ -35,11 +35,13 @@ FINGERPRINTS = {
     ("embed", "vllm-cpu"): "0593bcc93dbdc0bc",
     ("image-classify", "default"): "a0bae8a6e629ec08",
     ("image-classify", "smoke"): "9ce01b5083f62c2f",
-    # openai-batch turned its truncated check off (checks.truncated: false), a new spec.
-    ("openai-batch", "default"): "795d4722f0030f79",
-    ("openai-batch", "smoke"): "6ce2d880d26995e2",
-    ("openai-batch", "http"): "62b4a6b4945609d3",
-    ("openai-batch", "vllm-cpu"): "4615cf5759adf36b",
+    # openai-batch: a new spec when it turned its truncated check off, and again when
+    # its options gained served_model_names (which lines are answered, and as which
+    # model): a run staged before checked no line's model, so it doesn't resume.
+    ("openai-batch", "default"): "c2eec3865000129f",
+    ("openai-batch", "smoke"): "36a8628a7f20fb62",
+    ("openai-batch", "http"): "d5a379a9101f93ac",
+    ("openai-batch", "vllm-cpu"): "69e0b1911cedfab4",
     ("review-triage", "default"): "0e620d09f5b80563",
     ("review-triage", "smoke"): "2479f9f54608eea5",
     ("review-triage", "http"): "2d59337e0cff3c03",

@@ -22,7 +22,11 @@ from toolkit.engines.registry import engine_kinds
               help="Batches run at once; the others wait in order.")
 @click.option("--smoke", is_flag=True,
               help="Offline try-out: a tiny random-weight model (answers are noise).")
-@click.option("--model", help="Model every batch runs on (requests' own `model` is not used).")
+@click.option("--model", help="Model every batch runs on.")
+@click.option("--served-model-name", "served_model_names", multiple=True, metavar="NAME",
+              help="A name the requests' body.model may give for the model (repeatable, as "
+                   "vLLM's); lines naming another model are error lines (404). Default: the "
+                   "--model as given.")
 @click.option("--engine", type=click.Choice(list(engine_kinds())), help="Inference engine.")
 @click.option("--address", help="Ray cluster for the runs (default: RAY_ADDRESS, else a "
                                 "local Ray per run).")
@@ -34,8 +38,8 @@ from toolkit.engines.registry import engine_kinds
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Set any spec key of the openai-batch job (repeatable).")
 def serve_command(store: Path | None, host: str, port: int, max_running: int,
-                  spec_file: Path | None, sets: tuple[str, ...], **flags: str | bool | None,
-                  ) -> None:
+                  spec_file: Path | None, sets: tuple[str, ...],
+                  served_model_names: tuple[str, ...], **flags: str | bool | None) -> None:
     """Your own OpenAI Batch API: Files and Batches under /v1, each batch a
     `toolkit run openai-batch` on Ray with this command's engine flags.
 
@@ -53,14 +57,16 @@ def serve_command(store: Path | None, host: str, port: int, max_running: int,
       batch = client.batches.retrieve(batch.id)   # until batch.status == "completed"
       print(client.files.content(batch.output_file_id).text)
 
-    Malformed request lines go to the batch's error file (naming their line)
-    instead of failing the batch; completion_window is not enforced.
+    Requests that can't run as given (a model not served, a field the toolkit
+    can't honour) go to the batch's error file, naming their line; a line that
+    is no request with a custom_id fails the batch. completion_window is not
+    enforced.
     """
     from toolkit.serve.batch_runs import API_KEY_ENV, RunFlags
     from toolkit.serve.server import ServeConfig, default_store, serve
 
     run_flags = RunFlags(spec_file=str(spec_file.resolve()) if spec_file else None,
-                         sets=list(sets), **flags)
+                         sets=list(sets), served_model_names=list(served_model_names), **flags)
     config = ServeConfig(store=store or default_store(), host=host, port=port,
                          max_running=max_running, flags=run_flags,
                          api_key=os.environ.get(API_KEY_ENV) or None)

@@ -25,6 +25,7 @@ SPEC_FLAGS: dict[str, str] = {
     "concurrency": "engine.concurrency",
     "accelerator": "engine.accelerator_type",
     "strict": "strict",
+    "served_model_names": "options.served_model_names",
 }
 
 
@@ -54,6 +55,11 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--strict", is_flag=True, default=None,
                      help="Fail at the first row that errors (default: write it with its "
                           "error and go on)."),
+        click.option("--served-model-name", "served_model_names", multiple=True,
+                     metavar="NAME",
+                     help="openai-batch: a name the request lines' body.model may give for "
+                          "the model (repeatable, as vLLM's); lines naming another model "
+                          "are error lines (404). Default: the --model as given."),
         click.option("--smoke", is_flag=True,
                      help="Offline check: generated input and a tiny random-weight model on "
                           "one CPU worker (results are not meaningful)."),
@@ -70,11 +76,20 @@ def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str,
     Settings that are valid but costly (e.g. too few batches in flight to keep vLLM
     busy) are printed to stderr as warnings.
     """
+    from toolkit.errors import SpecError
     from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
     job = load_job(job_name)
-    overrides = {SPEC_FLAGS[name]: value for name, value in flags.items() if value is not None}
+    # A repeatable flag not given is an empty tuple: not given either.
+    overrides = {SPEC_FLAGS[name]: list(value) if isinstance(value, tuple) else value
+                 for name, value in flags.items() if value is not None and value != ()}
+    if "options.served_model_names" in overrides and "served_model_names" not in getattr(
+            job.spec_model.model_fields["options"].annotation, "model_fields", {}):
+        raise SpecError(f"--served-model-name names the model for the lines of an OpenAI "
+                        f"batch file; job {job.name!r} reads none (it has no "
+                        "options.served_model_names).",
+                        hint="Leave --served-model-name out, or run it with openai-batch.")
     spec = load_job_spec(job, spec_file=spec_file, overrides=overrides, sets=sets, smoke=smoke)
     for warning in spec.engine.engine_warnings():
         click.echo(f"Warning: {warning}", err=True)

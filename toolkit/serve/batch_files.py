@@ -5,10 +5,9 @@ While the run goes, the counts are the rows its result files hold (the same figu
 When it ends, however it ends (completed, or cancelled part-way), the rows written
 become the batch's two files, as OpenAI splits them: answered requests in the output
 file, requests that failed (malformed lines included, each naming its line) in the
-error file. Both are Batch API output lines (:mod:`toolkit.run.input.openai_batch`); a
-malformed line without a usable ``custom_id`` has ``custom_id: null`` there, as in
-OpenAI's error files (a made-up ``line-1`` could be a request's own id), and an
-error's message shows no path on the server (:mod:`.server_paths`).
+error file. Both are Batch API output lines (:mod:`toolkit.run.input.openai_batch`),
+and an error's message shows no path on the server (:mod:`.server_paths`). A batch none
+of whose requests can run has no run: its error file comes from its input file alone.
 """
 
 from __future__ import annotations
@@ -16,11 +15,18 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
-from toolkit.run.input.openai_batch import batch_output_lines
+from toolkit.run.input.openai_batch import (
+    FileScan,
+    batch_output_lines,
+    refused_lines,
+    scan_requests,
+)
 from toolkit.run.output.run_directory import RunDirectory
 from toolkit.run.progress.sources import OutputRows
 from toolkit.serve.openai_objects import BatchUsage, FileObject, RequestCounts
@@ -58,32 +64,49 @@ def write_batch_files(store: Store, batch_id: str, total: int) -> BatchResults:
     """
     run_dir = RunDirectory(str(store.run_dir(batch_id)))
     manifest = run_dir.read_manifest() if store.run_dir(batch_id).exists() else None
+    lines: Iterator[dict[str, Any]] = iter(())
+    if manifest is not None:
+        data, engine = manifest.spec.get("data") or {}, manifest.spec.get("engine") or {}
+        lines = batch_output_lines(run_dir, data.get("output_format", "parquet"),
+                                   str(engine.get("model", "")), int(time.time()),
+                                   complete_files_only=True)
+    return _write_files(store, batch_id, total, lines)
+
+
+def write_refused_files(store: Store, batch_id: str, input_file: Path,
+                        served: Sequence[str], total: int) -> BatchResults:
+    """The error file of a batch none of whose requests can run, from its input file."""
+    lines = refused_lines(scan_requests(str(input_file), served, FileScan()), int(time.time()))
+    return _write_files(store, batch_id, total, lines)
+
+
+def _write_files(store: Store, batch_id: str, total: int,
+                 lines: Iterator[dict[str, Any]]) -> BatchResults:
     usage = BatchUsage()
     counts = RequestCounts(total=total)
     paths = {kind: store.batch_dir(batch_id) / f".{kind}.jsonl" for kind in ("output", "error")}
     with open(paths["output"], "w", encoding="utf-8") as output, \
             open(paths["error"], "w", encoding="utf-8") as errors:
-        if manifest is not None:
-            data, engine = manifest.spec.get("data") or {}, manifest.spec.get("engine") or {}
-            seen: set[str] = set()
-            for line in batch_output_lines(run_dir, data.get("output_format", "parquet"),
-                                           str(engine.get("model", "")), int(time.time()),
-                                           complete_files_only=True, name_unnamed=False):
-                if line["id"] in seen:  # unnamed lines all have custom_id null: not the key
-                    continue
-                seen.add(line["id"])
-                if line["error"] is not None:
-                    line["error"]["message"] = without_server_paths(line["error"]["message"])
-                text = json.dumps(line, ensure_ascii=False) + "\n"
-                if line["error"] is None:
-                    output.write(text)
-                    counts.completed += 1
-                    tokens = line["response"]["body"]["usage"]
-                    usage.input_tokens += tokens["prompt_tokens"]
-                    usage.output_tokens += tokens["completion_tokens"]
-                else:
-                    errors.write(text)
-                    counts.failed += 1
+        seen: set[str] = set()
+        for line in lines:
+            if line["id"] in seen:
+                continue
+            seen.add(line["id"])
+            if line["error"] is not None:
+                message = without_server_paths(line["error"]["message"])
+                line["error"]["message"] = message
+                line["response"]["body"]["error"]["message"] = message.removeprefix(
+                    "preprocess: ")
+            text = json.dumps(line, ensure_ascii=False) + "\n"
+            if line["error"] is None:
+                output.write(text)
+                counts.completed += 1
+                tokens = line["response"]["body"]["usage"]
+                usage.input_tokens += tokens["prompt_tokens"]
+                usage.output_tokens += tokens["completion_tokens"]
+            else:
+                errors.write(text)
+                counts.failed += 1
     usage.total_tokens = usage.input_tokens + usage.output_tokens
     files = {kind: _publish(store, batch_id, kind, path) for kind, path in paths.items()}
     return BatchResults(output_file=files["output"], error_file=files["error"],

@@ -11,6 +11,7 @@ resumes from the run directory by ``custom_id``, so each request is answered onc
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -32,8 +33,10 @@ class RunFlags(BaseModel):
 
     smoke: bool = Field(False, description="A tiny random-weight model, offline: for trying "
                                            "the API out; answers are noise.")
-    model: str | None = Field(None, description="Model every batch runs on; the requests' own "
-                                                "`model` field is not used.")
+    model: str | None = Field(None, description="Model every batch runs on.")
+    served_model_names: list[str] = Field(
+        [], description="Names the requests' body.model may give for it (default: the "
+                        "model as named); other lines are error lines (404).")
     engine: str | None = Field(None, description="Engine kind (vllm on GPUs, transformers "
                                                  "on CPUs, http for a served model).")
     address: str | None = Field(None, description="Ray cluster for the runs (default: "
@@ -55,28 +58,54 @@ class RunFlags(BaseModel):
                             ("--accelerator", self.accelerator), ("-f", self.spec_file)):
             if value is not None:
                 args += [flag, value]
+        for name in self.served_model_names:
+            args += ["--served-model-name", name]
         for item in self.sets:
             args += ["--set", item]
         return args
 
 
-def run_command(input_file: Path, run_dir: Path, flags: RunFlags) -> list[str]:
-    """The child's command line: this Python's ``toolkit run openai-batch``."""
+#: Requests per block of a batch's run at most and at least (see :func:`partitions`).
+MAX_BLOCK_ROWS = 256
+MIN_BLOCK_ROWS = 16
+
+
+def partitions(requests: int) -> int:
+    """Blocks to split a batch's requests into: about ten, of 16 to 256 requests each.
+
+    Rows are written (and counted in ``request_counts``) a block at a time, so a small
+    batch in one block would show 0 requests done until all were; blocks under 16
+    would cost more scheduling than they show.
+    """
+    block = min(MAX_BLOCK_ROWS, max(MIN_BLOCK_ROWS, math.ceil(requests / 10)))
+    return max(1, math.ceil(requests / block))
+
+
+def run_command(input_file: Path, run_dir: Path, flags: RunFlags,
+                requests: int | None = None) -> list[str]:
+    """The child's command line: this Python's ``toolkit run openai-batch``.
+
+    Args:
+        requests: The batch's requests, to split them into :func:`partitions` (a
+            ``--set data.partitions=N`` of the server's flags still wins).
+    """
+    split = ["--partitions", str(partitions(requests))] if requests else []
     # As OpenAI's Batch API, a batch runs every line: failed lines go to its error
     # file instead of stopping it early.
     return [sys.executable, "-m", "toolkit.cli.main", "run", "openai-batch",
-            "--input", str(input_file), "--output", str(run_dir), *flags.arguments(),
+            "--input", str(input_file), "--output", str(run_dir), *split, *flags.arguments(),
             "--set", "stop_loss.failure_rate=null"]
 
 
-def start_run(input_file: Path, run_dir: Path, log_file: Path,
-              flags: RunFlags) -> subprocess.Popen[bytes]:
+def start_run(input_file: Path, run_dir: Path, log_file: Path, flags: RunFlags,
+              requests: int | None = None) -> subprocess.Popen[bytes]:
     """Start the run in a new session (its own process group, away from the server's
     terminal: a Ctrl-C meant for the server doesn't stop the batches). The server's API
     key stays with the server: a run has no use for it."""
     env = {name: value for name, value in os.environ.items() if name != API_KEY_ENV}
     with open(log_file, "ab") as log:
-        return subprocess.Popen(run_command(input_file, run_dir, flags), cwd=run_dir.parent,
+        return subprocess.Popen(run_command(input_file, run_dir, flags, requests),
+                                cwd=run_dir.parent,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)
 

@@ -1,11 +1,13 @@
 """A batch's input file checked as OpenAI's ``validating`` step checks one, before it runs.
 
-Two things fail a whole batch (a request's own faults fail only that request, in the
-error file): more requests than :data:`~toolkit.serve.limits.MAX_REQUESTS`, and a
+Three things fail a whole batch (a request's own faults fail only that request, in the
+error file): more requests than :data:`~toolkit.serve.limits.MAX_REQUESTS`, a line that
+is not a JSON object with a ``custom_id`` (its answer couldn't be matched to it), and a
 ``custom_id`` used twice (results are matched to requests by it, and a run resumes by
-it). Each repeat is an error of its own naming its line, as OpenAI lists them. The
-checks are the run's own (:class:`~toolkit.run.input.openai_batch.CustomIds`), so a batch
-that passes here is never refused by its run.
+it). Each is an error of its own naming its line, as OpenAI lists them. The checks are
+the run's own (:func:`~toolkit.run.input.openai_batch.scan_requests`), so a batch that
+passes here is never refused by its run; the scan also counts the requests that can
+run, and a batch with none never starts one: its error file is all it has.
 
 The file is read once, a line at a time, on the API's thread that creates the batch
 (its request count is the batch's ``total``); the batch is created ``validating`` and
@@ -14,44 +16,48 @@ the supervisor fails it with these errors before any run starts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from toolkit.run.input.openai_batch import (
-    ID_COLUMN,
-    CustomIds,
-    parse_request_line,
+    FileScan,
     request_lines,
+    scan_requests,
     shown_custom_id,
-    unnamed_row_id,
 )
 from toolkit.serve.limits import MAX_REQUESTS
 from toolkit.serve.openai_objects import BatchError
 
-#: Duplicate custom_ids listed one by one at most: a file of 50,000 copies of one line
+#: Errors of one kind listed one by one at most: a file of 50,000 copies of one line
 #: must not make a batch object of 50,000 errors (the last error counts the rest).
 MAX_LISTED_REPEATS = 100
 
 
 class InputCheck(BaseModel):
     requests: int
+    #: Requests that can run as given (the others are error lines from the start).
+    runnable: int
     errors: list[BatchError]
 
 
-def check_input_file(path: Path) -> InputCheck:
+def check_input_file(path: Path, served: Sequence[str] | None = None) -> InputCheck:
     """The requests in the file at ``path`` and why it can't be run (no errors: it can).
+
+    Args:
+        served: The model names a line may ask for (see
+            :func:`~toolkit.run.input.openai_batch.parse_request_line`).
 
     Raises:
         InputDataError: the file can't be read (it was deleted meanwhile).
     """
-    ids = CustomIds()
-    requests = 0
-    for number, text in request_lines(str(path)):
-        requests += 1
-        if requests <= MAX_REQUESTS:  # past the limit the batch fails anyway: only count
-            ids.add(str(parse_request_line(text, number, unnamed_id=unnamed_row_id)[ID_COLUMN]),
-                    number)
+    scan = FileScan()
+    for _ in scan_requests(str(path), served, scan, limit=MAX_REQUESTS):
+        pass
+    requests = scan.requests
+    if requests >= MAX_REQUESTS:  # past the limit the batch fails anyway: only count
+        requests = sum(1 for _ in request_lines(str(path)))
     errors: list[BatchError] = []
     if requests > MAX_REQUESTS:
         errors.append(BatchError(
@@ -59,7 +65,18 @@ def check_input_file(path: Path) -> InputCheck:
             message=f"The input file has {requests:,} requests; a batch takes at most "
                     f"{MAX_REQUESTS:,} (the Batch API's limit). Split the requests into files "
                     f"of at most {MAX_REQUESTS:,} lines, one batch each."))
-    repeats = ids.repeats()
+    for unusable in scan.unusable[:MAX_LISTED_REPEATS]:
+        errors.append(BatchError(
+            code=unusable.code, param=unusable.param, line=unusable.line,
+            message=f"Line {unusable.line}: {unusable.reason}. Each line must be a JSON "
+                    "object with a unique custom_id string, so its answer can be matched "
+                    "to it."))
+    if len(scan.unusable) > MAX_LISTED_REPEATS:
+        errors.append(BatchError(
+            code="invalid_json_line",
+            message=f"And {len(scan.unusable) - MAX_LISTED_REPEATS:,} more lines are not a "
+                    f"request with a custom_id (the first {MAX_LISTED_REPEATS} are listed)."))
+    repeats = scan.ids.repeats()
     for custom_id, first, line in repeats[:MAX_LISTED_REPEATS]:
         errors.append(BatchError(
             code="duplicate_custom_id", param="custom_id", line=line,
@@ -72,4 +89,5 @@ def check_input_file(path: Path) -> InputCheck:
             code="duplicate_custom_id", param="custom_id",
             message=f"And {len(repeats) - MAX_LISTED_REPEATS:,} more lines repeat a custom_id "
                     f"(the first {MAX_LISTED_REPEATS} are listed)."))
-    return InputCheck(requests=requests, errors=errors)
+    return InputCheck(requests=requests, runnable=scan.runnable, errors=errors)
+

@@ -36,13 +36,16 @@ def default_store() -> Path:
     return cache_dir() / STORE_FOLDER
 
 
-def batch_model(flags: RunFlags) -> str:
-    """The model batches run on, from the openai-batch job and the flags; checks the flags
-    as ``toolkit run`` would, so a typo fails now, not at the first batch.
+def served_names(flags: RunFlags) -> list[str]:
+    """The names a request's ``body.model`` may give (the batches' ``model`` first), from
+    the openai-batch job and the flags: ``--served-model-name``s, else the model as
+    ``--model`` (or the spec) names it. Checks the flags as ``toolkit run`` would, so a
+    typo fails now, not at the first batch.
 
     Raises:
         ToolkitError: a flag or spec file that ``toolkit run`` would refuse.
     """
+    from toolkit.run.input.openai_batch import served_model_names
     from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 
@@ -50,10 +53,12 @@ def batch_model(flags: RunFlags) -> str:
         ("engine.model", flags.model), ("engine.kind", flags.engine),
         ("engine.batch_size", flags.batch_size), ("engine.concurrency", flags.concurrency),
         ("engine.accelerator_type", flags.accelerator)) if value is not None}
+    if flags.served_model_names:
+        overrides["options.served_model_names"] = list(flags.served_model_names)
     spec = load_job_spec(load_job("openai-batch"), spec_file=Path(flags.spec_file)
                          if flags.spec_file else None, overrides=overrides,
                          sets=tuple(flags.sets), smoke=flags.smoke)
-    return spec.engine.model
+    return served_model_names(spec)
 
 
 def serve(config: ServeConfig, on_ready: Callable[[str], None] | None = None) -> None:
@@ -81,9 +86,10 @@ def serve(config: ServeConfig, on_ready: Callable[[str], None] | None = None) ->
     from toolkit.serve.store import Store
     from toolkit.serve.supervisor import Supervisor
 
-    model = batch_model(config.flags)
+    served = served_names(config.flags)
+    model = served[0]
     store = Store(config.store)
-    supervisor = Supervisor(store, config.flags, model, max_running=config.max_running)
+    supervisor = Supervisor(store, config.flags, served, max_running=config.max_running)
     supervisor.recover()
     stop = threading.Event()
     watcher = threading.Thread(target=supervisor.run_until, args=(stop,), daemon=True,

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 #: What an absolute path on the server is replaced with.
 HIDDEN = "<server path>"
 
-# A "/" that starts no word (so "1/2", "and/or" and a URL's own path are left alone),
-# then a path's characters; "/v1..." is the API's, not the server's.
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/\-])/(?!v1\b)[\w.@%+=~\-][^\s'\"`<>()\[\]{},;]*")
+# A "/" (or "~/", a home folder's, or "file:///") that starts no word (so "1/2", "and/or"
+# and a URL's own path are left alone), then a path's characters; "/v1..." is the API's,
+# not the server's. A "." or ":" it ends with is the sentence's.
+_ABSOLUTE_PATH = re.compile(
+    r"(?<![\w.~:/\-])(?:file://)?~?/(?!v1\b)[\w.@%+=~\-][^\s'\"`<>()\[\]{},;]*(?<![.:])")
 
 
 def without_server_paths(text: str, names: Mapping[str, str] | None = None) -> str:

@@ -53,6 +53,9 @@ class RunRecord(BaseModel):
     #: Why validation refused the input file (repeated custom_ids, too many requests):
     #: the batch fails with these errors and never runs.
     rejected: list[BatchError] = []
+    #: No request of the input file can run: the batch completes with its error file
+    #: alone, without a run.
+    nothing_to_run: bool = False
 
 
 _SCHEMA = """

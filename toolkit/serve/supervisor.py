@@ -6,7 +6,8 @@ are going (each run is a ``toolkit run``, see :mod:`.batch_runs`), keeps each
 batch's request counts current from its run directory, passes a cancel on as
 Ctrl-C, and, when a run ends, turns what it wrote into the batch's files
 (:mod:`.batch_files`). A batch whose input file fails validation
-(:mod:`.batch_validation`) never runs: it fails with the errors naming its lines.
+(:mod:`.batch_validation`) never runs: it fails with the errors naming its lines; nor
+does one none of whose requests can run: it completes with its error file alone.
 Everything it knows is in the store, so :meth:`recover` picks up after a server that
 was killed: a run it left is ended and started again (it resumes by ``custom_id``), a
 cancel or a finish it didn't complete is completed.
@@ -26,7 +27,7 @@ from toolkit.errors import InputDataError
 from toolkit.run.progress.sources import OutputRows
 from toolkit.serve import batch_runs
 from toolkit.serve.api_errors import BadRequest, Conflict, NotFound, shown_id
-from toolkit.serve.batch_files import live_counts, write_batch_files
+from toolkit.serve.batch_files import live_counts, write_batch_files, write_refused_files
 from toolkit.serve.batch_validation import check_input_file
 from toolkit.serve.limits import check_metadata
 from toolkit.serve.openai_objects import (
@@ -48,9 +49,12 @@ INTERRUPT_GRACE_S = 60.0
 class Supervisor:
     """Starts, watches, cancels and finishes batch runs; shares the store with the API."""
 
-    def __init__(self, store: Store, flags: batch_runs.RunFlags, model: str,
+    def __init__(self, store: Store, flags: batch_runs.RunFlags, served: list[str],
                  max_running: int = 1, clock: Callable[[], float] = time.time) -> None:
-        self.store, self.flags, self.model = store, flags, model
+        """``served``: the names a request's ``body.model`` may give, the batches' model
+        first (see :func:`~toolkit.serve.server.served_names`)."""
+        self.store, self.flags, self.served = store, flags, served
+        self.model = served[0]
         self.max_running = max_running
         self.clock = clock
         self._children: dict[str, subprocess.Popen[bytes]] = {}
@@ -93,27 +97,31 @@ class Supervisor:
                              "needs a file uploaded with purpose 'batch'.",
                              code="invalid_value", param="input_file_id")
         try:
-            check = check_input_file(self.store.file_path(input_file_id))
+            check = check_input_file(self.store.file_path(input_file_id), self.served)
         except InputDataError:  # deleted since get_file; its message names the store's path
             raise no_file from None
         if check.requests == 0:
             raise BadRequest(f"File '{input_file_id}' holds no requests (no non-blank line).",
                              code="empty_file", param="input_file_id")
         now = self._now()
+        # expires_at stays null: a batch here runs until it finishes, it never expires.
         batch = Batch(id=new_id(BATCH_PREFIX), endpoint=endpoint, input_file_id=input_file_id,
                       completion_window=completion_window, status="validating",
-                      created_at=now, expires_at=now + 24 * 3600, model=self.model,
+                      created_at=now, model=self.model,
                       request_counts=RequestCounts(total=check.requests), metadata=metadata)
+        run = RunRecord(rejected=check.errors,
+                        nothing_to_run=not check.errors and check.runnable == 0)
         with self._lock:
             # False if the file was deleted while it was read: checked with the insert,
             # so the batch never starts without its input.
-            if not self.store.add_batch(batch, RunRecord(rejected=check.errors)):
+            if not self.store.add_batch(batch, run):
                 raise no_file
         return batch
 
     def cancel(self, batch_id: str) -> Batch:
-        """Ask a batch to stop: at once if it hasn't started, else its run is interrupted
-        (by the watching thread) and keeps what it finished.
+        """Ask a batch to stop: it is ``cancelling`` until the watching thread has ended
+        it (``cancelled``, keeping what its run finished; ``completed`` if every request
+        had been answered by then).
 
         Raises:
             NotFound: no such batch.
@@ -132,8 +140,6 @@ class Supervisor:
                                code="batch_not_cancellable")
             batch.status, batch.cancelling_at = "cancelling", self._now()
             self.store.save_batch(batch)
-            if run.state == "queued":
-                batch = self._finish(batch, run, "cancelled")
             return batch
 
     # -- the watching thread ---------------------------------------------------------------
@@ -174,6 +180,8 @@ class Supervisor:
                     self._finish(batch, run, "cancelled")
                 elif run.rejected:
                     self._finish(batch, run, "failed")
+                elif run.nothing_to_run:
+                    self._finish(batch, run, "completed")
             for batch, run in self.store.batches_to_watch():
                 if run.state == "queued" and running < self.max_running:
                     self._start(batch)
@@ -196,7 +204,14 @@ class Supervisor:
                 self._finish(batch, run, "failed", without_server_paths(message, {
                     str(self.store.file_path(batch.input_file_id)): batch.input_file_id}))
             return 0
-        if batch.status == "cancelling":
+        rows = self._rows.setdefault(batch.id, OutputRows(str(self.store.run_dir(batch.id))))
+        counts = live_counts(rows, batch.request_counts.total)
+        if counts != batch.request_counts:
+            batch.request_counts = counts
+            self.store.save_batch(batch)
+        # Every request answered: the run is only writing its files, so it completes.
+        answered = counts.completed + counts.failed >= counts.total
+        if batch.status == "cancelling" and not answered:
             now = self.clock()
             if run.interrupted_at is None:
                 batch_runs.interrupt(child.pid)
@@ -204,18 +219,13 @@ class Supervisor:
                 self.store.save_batch(batch, run)
             elif now - run.interrupted_at > INTERRUPT_GRACE_S:
                 batch_runs.kill(child.pid)
-        rows = self._rows.setdefault(batch.id, OutputRows(str(self.store.run_dir(batch.id))))
-        counts = live_counts(rows, batch.request_counts.total)
-        if counts != batch.request_counts:
-            batch.request_counts = counts
-            self.store.save_batch(batch)
         return 1
 
     def _start(self, batch: Batch) -> None:
         batch_dir = self.store.batch_dir(batch.id)
         child = batch_runs.start_run(self.store.file_path(batch.input_file_id),
                                      self.store.run_dir(batch.id), batch_dir / "run.log",
-                                     self.flags)
+                                     self.flags, batch.request_counts.total)
         self._children[batch.id] = child
         batch.status = "in_progress"
         batch.in_progress_at = batch.in_progress_at or self._now()
@@ -229,13 +239,24 @@ class Supervisor:
         or else ``failure``, why its run failed.
 
         While the files are written a cancelled batch stays ``cancelling`` (as OpenAI's
-        do: ``finalizing`` means results of a batch that ran to its end).
+        do: ``finalizing`` means results of a batch that ran to its end). A cancelled
+        batch whose every request was answered completes: its results are whole.
         """
         if status != "cancelled" and not run.rejected:  # a rejected batch has no results
             batch.status, batch.finalizing_at = "finalizing", self._now()
         run = run.model_copy(update={"ending": status, "failure": failure})
         self.store.save_batch(batch, run)
-        results = write_batch_files(self.store, batch.id, batch.request_counts.total)
+        total = batch.request_counts.total
+        if run.nothing_to_run:
+            results = write_refused_files(self.store, batch.id,
+                                          self.store.file_path(batch.input_file_id),
+                                          self.served, total)
+        else:
+            results = write_batch_files(self.store, batch.id, total)
+        counts = results.request_counts
+        if status == "cancelled" and total and counts.completed + counts.failed >= total:
+            status = "completed"
+            batch.finalizing_at = batch.finalizing_at or self._now()
         batch.output_file_id = results.output_file.id if results.output_file else None
         batch.error_file_id = results.error_file.id if results.error_file else None
         batch.request_counts, batch.usage = results.request_counts, results.usage

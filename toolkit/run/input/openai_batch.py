@@ -16,31 +16,35 @@ and its output file one line per request::
         "usage": {"prompt_tokens": 9, "completion_tokens": 12, "total_tokens": 21}}},
      "error": null}
 
-or, for a request that failed, ``"response": null, "error": {"code", "message"}``.
+or, for a request that failed, its HTTP status and error as OpenAI's error files have
+them, with vLLM's ``error`` beside (:func:`line_error`)::
 
-Here a line becomes a row (:func:`parse_request_line`, which never raises: a line that
-is not JSON or lacks a ``custom_id`` is a row with ``request_error`` set, named by its
-line number), a row's body becomes chat messages and per-row sampling params in the
-vLLM names both engines read (:func:`chat_request`), and a written row becomes an
-output line (:func:`batch_output_line`).
+    {"id": "batch_req_...", "custom_id": "req-2",
+     "response": {"status_code": 404, "request_id": "...", "body": {"error": {
+        "message": "line 2: The model `gpt-5` does not exist.",
+        "type": "invalid_request_error", "param": "model", "code": "model_not_found"}}},
+     "error": {"code": "model_not_found", "message": "preprocess: line 2: ..."}}
 
-A line without a usable ``custom_id`` still needs a row id (results are checkpointed
-and resumed by it), and that id must not be one a request of the same file uses: a
-file whose line 1 is not JSON may well have a request ``"custom_id": "line-1"``. So
-such rows are keyed :func:`unnamed_row_id` (``"\\x00line-1"``), a form no request can
-take: a ``custom_id`` starting with a NUL is refused as unusable. Output lines show
-them as ``line-N`` (``toolkit run``'s file, read by people) or ``null`` (the
-server's error files, as OpenAI's error files have it).
+4xx is the request's fault (400 a field this toolkit can't run, 404 a model it doesn't
+serve), 5xx the engine's.
+
+Here a line becomes a row, checked as an endpoint checks a request
+(:func:`parse_request_line`): its body becomes chat messages and per-row sampling
+params in the vLLM names both engines read (:func:`chat_request`), and its
+``body.model`` must be one of the served names (:class:`OpenAIBatchOptions`, vLLM's
+``--served-model-name``; by default ``engine.model``). A request that can't run is a
+row with ``request_error`` and its status set, which the job writes as an error row. A
+written row becomes an output line (:func:`batch_output_line`).
 
 **In.** A request file is scanned once on the driver, line by line (Batch API files
 are at most 50,000 requests / 200 MB), and staged as Parquet into the run
 directory's ``_input/`` (as a ``--rows``-limited input is), so a resumed run reads
 the very same rows and Ray Data's checkpoint skips those already written by
-``custom_id``. The scan refuses duplicate ``custom_id``s up front, naming them and
-their lines (:class:`CustomIds`, which ``toolkit serve`` checks a batch's file with
-too); a line that isn't JSON or lacks a ``custom_id`` is staged as a row with
-``request_error`` set (keyed :func:`unnamed_row_id`), which the job writes as an
-error row.
+``custom_id``. The scan (:func:`scan_requests`, which ``toolkit serve`` validates a
+batch's file with too) refuses the file before anything runs, naming the lines, where
+a line is not a JSON object with a ``custom_id`` (its answer couldn't be matched to
+it) or two lines share one; a file none of whose requests can run is answered with
+their error lines alone, without starting Ray.
 
 **Out.** When the run is complete, :func:`write_batch_output` writes
 ``<output>/_batch_output.jsonl`` from the result files: one line per request, in
@@ -58,15 +62,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
 
 from toolkit.errors import InputDataError
 from toolkit.run.input.formats import RunFormat, register_format
 from toolkit.run.output.run_directory import BATCH_OUTPUT_FILE, STAGED_INPUT_DIR, RunDirectory
-from toolkit.spec.models import JobSpec
+from toolkit.spec.models import JobSpec, StrictModel
 from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
@@ -83,60 +90,91 @@ LINE_COLUMN = "line"
 URL_COLUMN = "url"
 BODY_COLUMN = "body"
 REQUEST_ERROR_COLUMN = "request_error"
+#: The HTTP status a request refused before it ran is answered with (400, 404); kept in
+#: the results, as ``model``: the served name the line asked for (its answer's model).
+STATUS_COLUMN = "error_status"
+MODEL_COLUMN = "model"
 REQUEST_COLUMNS: dict[str, str] = {
     ID_COLUMN: "string", LINE_COLUMN: "int64", URL_COLUMN: "string", BODY_COLUMN: "string",
-    REQUEST_ERROR_COLUMN: "string",
+    REQUEST_ERROR_COLUMN: "string", STATUS_COLUMN: "int64", MODEL_COLUMN: "string",
 }
 
 #: Body fields that become sampling params (vLLM's names on the right).
 _SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
                     "response_format")
-#: Body fields that don't change an answer, accepted and not used.
+#: Body fields that don't change an answer, accepted and not used (``model`` is
+#: checked against the served names when the line is read).
 _IGNORED_FIELDS = ("model", "user", "metadata", "store", "service_tier", "stream", "n",
                    "logprobs", "parallel_tool_calls")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
-#: Row ids of lines without a usable custom_id start with this (see the module's doc).
-UNNAMED_ID_PREFIX = "\x00line-"
+class OpenAIBatchOptions(StrictModel):
+    """The options of a job that reads OpenAI batch files (``openai-batch``)."""
+
+    served_model_names: list[str] = Field(
+        [], description="The names a line's body.model may give for the model being run "
+                        "(as vLLM's --served-model-name): a line naming another model is an "
+                        "error line (404), and each answer's model is the name its line "
+                        "asked for. Empty: the model as engine.model names it.")
 
 
-def synthetic_id(line: int) -> str:
-    """How a line without a usable ``custom_id`` is named for people: ``line-17``."""
-    return f"line-{line}"
+def served_model_names(spec: JobSpec) -> list[str]:
+    """What a line's ``body.model`` may say: the job's ``served_model_names``, else
+    ``engine.model`` (as vLLM serves a model under its path or id by default)."""
+    names = getattr(spec.options, "served_model_names", None)
+    return list(names) if names else [spec.engine.model]
 
 
-def unnamed_row_id(line: int) -> str:
-    """The row id of a line without a usable ``custom_id``: ``"\\x00line-17"``, which no
-    request's own ``custom_id`` can clash with."""
-    return f"{UNNAMED_ID_PREFIX}{line}"
+#: The field a request's error names first (``line 3: body.n 2: ...``, ``line 3: url ...``).
+_NAMED_FIELD = re.compile(r"(?:line \d+: )?(?:body\.(\w+)|(url|method|body)\b)")
 
 
-def unnamed_line(row_id: str) -> int | None:
-    """The line number in an :func:`unnamed_row_id`, or None for a request's own id."""
-    number = row_id[len(UNNAMED_ID_PREFIX):]
-    return int(number) if row_id.startswith(UNNAMED_ID_PREFIX) and number.isdigit() else None
+class RequestError(ValueError):
+    """Why a request can't be run as given, with the HTTP status the Batch API answers
+    it with (400: bad, 404: a model not served). Its message names the field first
+    (``body.n ...``, ``url ...``), which :func:`line_error` reports as its ``param``."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
-def _bad_line(line: int, message: str, custom_id: str | None = None,
-              unnamed_id: Callable[[int], str] = synthetic_id) -> dict[str, Any]:
-    return {ID_COLUMN: custom_id or unnamed_id(line), LINE_COLUMN: line, URL_COLUMN: None,
-            BODY_COLUMN: None, REQUEST_ERROR_COLUMN: f"line {line}: {message}"}
+class UnusableLine(ValueError):
+    """A line that can't be an error line of its own (not a JSON object, no usable
+    ``custom_id``): the file is refused, naming it, as OpenAI refuses it in validating."""
+
+    def __init__(self, line: int, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line, self.reason, self.code, self.param = line, message, code, param
+
+
+def _bad_line(line: int, custom_id: str, error: RequestError, url: Any = None,
+              model: str | None = None) -> dict[str, Any]:
+    return {ID_COLUMN: custom_id, LINE_COLUMN: line,
+            URL_COLUMN: url if isinstance(url, str) else None, BODY_COLUMN: None,
+            REQUEST_ERROR_COLUMN: f"line {line}: {error}", STATUS_COLUMN: error.status,
+            MODEL_COLUMN: model}
 
 
 def parse_request_line(text: str, line: int,
-                       unnamed_id: Callable[[int], str] = synthetic_id) -> dict[str, Any]:
-    """One request line as a row of :data:`REQUEST_COLUMNS`; never raises.
+                       served: Sequence[str] | None = None) -> dict[str, Any]:
+    """One request line as a row of :data:`REQUEST_COLUMNS`, checked as an endpoint checks
+    a request before it runs.
 
-    A line that is not a JSON object, lacks a string ``custom_id``, or is not a POST
-    to ``/v1/chat/completions`` with an object ``body`` is a row whose
-    ``request_error`` names the line, so it becomes an error row of the output. A
+    A line that is not a POST to ``/v1/chat/completions`` with a body this toolkit can
+    run (:func:`chat_request`) for a model it serves is a row whose ``request_error``
+    names the line and whose ``error_status`` is the HTTP status it is answered with:
+    404 for a ``body.model`` not in ``served`` (vLLM's answer), 400 for the rest. A
     UTF-8 byte order mark before line 1 is ignored.
 
     Args:
-        unnamed_id: The row id of a line without a usable custom_id of its own:
-            ``line-N`` to show one line; where rows are keyed on the id (a staged
-            file), :func:`unnamed_row_id`, which can't clash with a request's id.
+        served: The names ``body.model`` may give (a line without one asks for the
+            first); None: any model (the first name is then the line's own).
+
+    Raises:
+        UnusableLine: the line is not a JSON object with a ``custom_id`` string, so it
+            can't be matched to an answer: the file must be fixed.
     """
     if line == 1:
         text = text.removeprefix("\ufeff")
@@ -145,45 +183,55 @@ def parse_request_line(text: str, line: int,
     except ValueError as exc:
         where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        return _bad_line(line, f"not valid JSON ({reason}{where})", unnamed_id=unnamed_id)
+        raise UnusableLine(line, f"not valid JSON ({reason}{where})",
+                           "invalid_json_line") from None
     if not isinstance(request, dict):
-        return _bad_line(line, f"expected a JSON object, got {type(request).__name__}",
-                         unnamed_id=unnamed_id)
+        raise UnusableLine(line, f"expected a JSON object, got {type(request).__name__}",
+                           "invalid_json_line")
     custom_id = request.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id.strip():
         got = "no custom_id" if custom_id is None else f"custom_id {custom_id!r} is not a string"
-        return _bad_line(line, f"{got}; every request needs a unique custom_id string",
-                         unnamed_id=unnamed_id)
-    if custom_id.startswith("\x00"):  # the unnamed rows' own form: refused, so no clash
-        return _bad_line(line, "a custom_id starting with a NUL character is not supported; "
-                               "every request needs a unique custom_id string",
-                         unnamed_id=unnamed_id)
+        raise UnusableLine(line, f"{got}; every request needs a unique custom_id string",
+                           "missing_required_parameter", "custom_id")
+    body = request.get("body")
+    asked = body.get("model") if isinstance(body, dict) else None
+    model = (asked if isinstance(asked, str) and asked else None) or (
+        served[0] if served else None)
     method = request.get("method", "POST")
     url = request.get("url")
     if str(method).upper() != "POST":
-        return _bad_line(line, f"method {method!r} is not supported; only POST", custom_id)
+        return _bad_line(line, custom_id, RequestError(
+            f"method {method!r} is not supported; only POST"), url, model)
     if url != CHAT_COMPLETIONS_URL:
-        return {**_bad_line(line, f"url {url!r} is not supported; only "
-                                  f"{CHAT_COMPLETIONS_URL} (chat completions)", custom_id),
-                URL_COLUMN: url if isinstance(url, str) else None}
-    body = request.get("body")
+        return _bad_line(line, custom_id, RequestError(
+            f"url {url!r} is not supported; only {CHAT_COMPLETIONS_URL} (chat completions)"),
+            url, model)
     if not isinstance(body, dict):
-        return _bad_line(line, "body must be a JSON object with model and messages", custom_id)
-    return {ID_COLUMN: custom_id, LINE_COLUMN: line, URL_COLUMN: url,
-            BODY_COLUMN: json.dumps(body, separators=(",", ":"), ensure_ascii=False),
-            REQUEST_ERROR_COLUMN: None}
+        return _bad_line(line, custom_id, RequestError(
+            "body must be a JSON object with model and messages"), url, model)
+    if asked is not None and (not isinstance(asked, str) or (served and asked not in served)):
+        return _bad_line(line, custom_id, RequestError(
+            f"The model `{asked}` does not exist.", status=404), url,
+            served[0] if served else None)
+    body_text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        chat_request(body_text)
+    except RequestError as exc:
+        return _bad_line(line, custom_id, exc, url, model)
+    return {ID_COLUMN: custom_id, LINE_COLUMN: line, URL_COLUMN: url, BODY_COLUMN: body_text,
+            REQUEST_ERROR_COLUMN: None, STATUS_COLUMN: None, MODEL_COLUMN: model}
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
     if not isinstance(value, list) or not value:
-        raise ValueError("body.messages must be a non-empty list of {role, content}")
+        raise RequestError("body.messages must be a non-empty list of {role, content}")
     messages = []
     for i, message in enumerate(value):
         if not isinstance(message, dict):
-            raise ValueError(f"body.messages[{i}] is not an object")
+            raise RequestError(f"body.messages[{i}] is not an object")
         role = _ROLES.get(str(message.get("role")))
         if role is None:
-            raise ValueError(f"body.messages[{i}].role {message.get('role')!r} is not "
+            raise RequestError(f"body.messages[{i}].role {message.get('role')!r} is not "
                              "supported; use system, developer, user or assistant")
         content = message.get("content")
         if isinstance(content, list):  # content parts: text only
@@ -191,12 +239,12 @@ def _messages(value: Any) -> list[dict[str, str]]:
             for part in content:
                 if not isinstance(part, dict) or part.get("type") != "text":
                     kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                    raise ValueError(f"body.messages[{i}].content: {kind!r} parts are not "
+                    raise RequestError(f"body.messages[{i}].content: {kind!r} parts are not "
                                      "supported; only text")
                 texts.append(str(part.get("text", "")))
             content = "".join(texts)
         if not isinstance(content, str):
-            raise ValueError(f"body.messages[{i}].content must be text")
+            raise RequestError(f"body.messages[{i}].content must be text")
         messages.append({"role": role, "content": content})
     return messages
 
@@ -208,10 +256,10 @@ def _number(body: dict[str, Any], name: str, low: float, high: float,
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             integer and not float(value).is_integer()) or not math.isfinite(value):
-        raise ValueError(f"body.{name} must be {'a whole number' if integer else 'a number'}, "
+        raise RequestError(f"body.{name} must be {'a whole number' if integer else 'a number'}, "
                          f"not {value!r}")
     if not low <= value <= high:
-        raise ValueError(f"body.{name} must be between {low:g} and {high:g}, not {value!r}")
+        raise RequestError(f"body.{name} must be between {low:g} and {high:g}, not {value!r}")
     return int(value) if integer else float(value)
 
 
@@ -220,7 +268,7 @@ def _structured_outputs(response_format: Any) -> dict[str, str] | None:
     if response_format is None:
         return None
     if not isinstance(response_format, dict):
-        raise ValueError("body.response_format must be an object")
+        raise RequestError("body.response_format must be an object")
     kind = response_format.get("type")
     if kind == "text":
         return None
@@ -229,10 +277,10 @@ def _structured_outputs(response_format: Any) -> dict[str, str] | None:
     if kind == "json_schema":
         schema = (response_format.get("json_schema") or {}).get("schema")
         if not isinstance(schema, dict):
-            raise ValueError("body.response_format.json_schema.schema must be a JSON schema "
+            raise RequestError("body.response_format.json_schema.schema must be a JSON schema "
                              "object")
         return {"json": json.dumps(schema, separators=(",", ":"), ensure_ascii=False)}
-    raise ValueError(f"body.response_format.type {kind!r} is not supported; use text, "
+    raise RequestError(f"body.response_format.type {kind!r} is not supported; use text, "
                      "json_object or json_schema")
 
 
@@ -247,20 +295,20 @@ def chat_request(body_text: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
     can't honour (tools, stop, n > 1, ...) is refused by name.
 
     Raises:
-        ValueError: naming the body field that is wrong or unsupported.
+        RequestError: naming the body field that is wrong or unsupported (its ``param``).
     """
     body = json.loads(body_text)
     unknown = sorted(set(body) - {"messages", *_SAMPLING_FIELDS, *_IGNORED_FIELDS})
     if unknown:
-        raise ValueError(f"body.{unknown[0]} is not supported by this toolkit"
+        raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
                          + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
                          + "; remove it from the request")
     if body.get("stream"):
-        raise ValueError("body.stream: true is not supported in a batch; remove it")
+        raise RequestError("body.stream: true is not supported in a batch; remove it")
     if body.get("n", 1) != 1:
-        raise ValueError(f"body.n {body['n']!r}: one answer per request only (n: 1)")
+        raise RequestError(f"body.n {body['n']!r}: one answer per request only (n: 1)")
     if body.get("logprobs"):
-        raise ValueError("body.logprobs is not supported; remove it")
+        raise RequestError("body.logprobs is not supported; remove it")
     messages = _messages(body.get("messages"))
     max_tokens = _number(body, "max_completion_tokens", 1, 1e9, integer=True)
     if max_tokens is None:
@@ -279,6 +327,32 @@ def _short_hash(*parts: Any) -> str:
     return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:24]
 
 
+def line_error(error: str, status: int | None = None) -> dict[str, Any]:
+    """A failed request's ``response`` as OpenAI's error files have it: its HTTP status
+    and ``body: {error: {message, type, param, code}}``, minus ``request_id``.
+
+    Args:
+        error: The row's ``error`` text (``preprocess: line 3: body.n ...``,
+            ``truncated: ...``, or what the engine said).
+        status: The status of a request refused before it ran (:data:`STATUS_COLUMN`);
+            None for a failure after it: a truncated answer that broke the request's
+            constraint is the request's (its max_tokens, 400), anything else the
+            engine's (500).
+    """
+    message = error.removeprefix("preprocess: ")
+    if status is None:
+        status = 400 if error.startswith(("preprocess:", "truncated:")) else 500
+    code = {404: "model_not_found"}.get(status) or (
+        "invalid_request" if error.startswith("preprocess:") else
+        "truncated" if error.startswith("truncated:") else "inference_error")
+    named = _NAMED_FIELD.match(message)
+    param = "model" if status == 404 else "max_tokens" if code == "truncated" else (
+        (named.group(1) or named.group(2)) if named else None)
+    return {"status_code": status, "body": {"error": {
+        "message": message, "type": "invalid_request_error" if status < 500 else "server_error",
+        "param": param, "code": code}}}
+
+
 def batch_output_line(
     custom_id: str,
     content: str | None,
@@ -288,29 +362,30 @@ def batch_output_line(
     error: str | None,
     model: str,
     created: int,
-    name_unnamed: bool = True,
+    error_status: int | None = None,
 ) -> dict[str, Any]:
     """One line of a Batch API output file for a written row.
 
-    Ids are derived from the row id (and the run's start), so rewriting the
-    file gives the same lines. A row with an error has ``response: null`` and
-    ``error: {code, message}``; ``code`` is ``invalid_request`` for a request this
-    toolkit could not run as given and ``inference_error`` for a failure after it.
+    Ids are derived from the row id (and the run's start), so rewriting the file
+    gives the same lines. A failed request's ``response`` is its error as OpenAI's
+    error files have it (:func:`line_error`: ``status_code`` 4xx for the request's
+    fault, 5xx for the engine's, ``body.error``), and ``error`` is ``{code, message}``
+    as vLLM's lines carry it; ``code`` is ``invalid_request`` (or ``model_not_found``)
+    for a request this toolkit could not run as given and ``inference_error`` for a
+    failure after it.
 
     Args:
-        custom_id: The row's id: the request's custom_id, or an :func:`unnamed_row_id`.
-        name_unnamed: Show a line without a usable custom_id as ``line-N``; else as
-            ``null`` (as OpenAI's error files: a made-up name could be a request's).
+        model: The served name the line asked for: its answer's ``model``.
+        error_status: See :func:`line_error`.
     """
     line_id = f"batch_req_{_short_hash(custom_id, created)}"
-    line = unnamed_line(custom_id)
-    shown: str | None = custom_id
-    if line is not None:
-        shown = synthetic_id(line) if name_unnamed else None
+    request_id = _short_hash("request", custom_id, created)
     if error is not None:
-        code = "invalid_request" if error.startswith("preprocess:") else "inference_error"
-        return {"id": line_id, "custom_id": shown, "response": None,
-                "error": {"code": code, "message": error}}
+        response = line_error(error, error_status)
+        return {"id": line_id, "custom_id": custom_id,
+                "response": {"status_code": response["status_code"], "request_id": request_id,
+                             "body": response["body"]},
+                "error": {"code": response["body"]["error"]["code"], "message": error}}
     prompt_tokens = int(prompt_tokens or 0)
     completion_tokens = int(completion_tokens or 0)
     body = {
@@ -326,10 +401,8 @@ def batch_output_line(
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }
-    return {"id": line_id, "custom_id": shown,
-            "response": {"status_code": 200, "request_id": _short_hash("request", custom_id,
-                                                                      created),
-                         "body": body},
+    return {"id": line_id, "custom_id": custom_id,
+            "response": {"status_code": 200, "request_id": request_id, "body": body},
             "error": None}
 
 
@@ -369,22 +442,19 @@ def request_lines(source: str) -> Iterator[tuple[int, str]]:
 
 class CustomIds:
     """The custom_ids of a request file as it is read: the lines each one is on, kept
-    for those on more than one. Rows of lines without a usable custom_id (keyed
-    :func:`~toolkit.spec.openai_batch.unnamed_row_id`) repeat no one."""
+    for those on more than one."""
 
     def __init__(self) -> None:
         self._first_line: dict[str, int] = {}
         #: custom_id -> every line it is on, the first included (ids on 2+ lines only).
         self.repeated: dict[str, list[int]] = {}
 
-    def add(self, row_id: str, line: int) -> None:
-        """Note the row id of ``line`` (1-based)."""
-        if unnamed_line(row_id) is not None:
-            return
-        if row_id in self._first_line:
-            self.repeated.setdefault(row_id, [self._first_line[row_id]]).append(line)
+    def add(self, custom_id: str, line: int) -> None:
+        """Note the custom_id of ``line`` (1-based)."""
+        if custom_id in self._first_line:
+            self.repeated.setdefault(custom_id, [self._first_line[custom_id]]).append(line)
         else:
-            self._first_line[row_id] = line
+            self._first_line[custom_id] = line
 
     def repeats(self) -> list[tuple[str, int, int]]:
         """(custom_id, the line it is first on, a later line with it), in file order."""
@@ -411,7 +481,58 @@ def _count_lines(source: str) -> int:
     return sum(1 for _ in request_lines(source))
 
 
-def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
+class FileScan:
+    """What reading a request file found, as :func:`scan_requests` goes: requests (its
+    non-blank lines), the lines that can't be requests, repeated ids, and how many
+    requests can run (the rest are error lines)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.runnable = 0
+        self.unusable: list[UnusableLine] = []
+        self.ids = CustomIds()
+
+    def describe_unusable(self) -> str:
+        """``line 3: not valid JSON (...); line 7: no custom_id; ...``, five at most."""
+        shown = "; ".join(str(line) for line in self.unusable[:_SHOWN])
+        more = (f"; and {len(self.unusable) - _SHOWN} more lines"
+                if len(self.unusable) > _SHOWN else "")
+        return shown + more
+
+
+def scan_requests(source: str, served: Sequence[str] | None, scan: FileScan,
+                  limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """The request rows of the file at ``source`` (:func:`parse_request_line`), the first
+    ``limit`` requests; what a row can't say (lines that are no request, repeated ids)
+    is noted in ``scan``.
+
+    Raises:
+        InputDataError: the file is missing or can't be read.
+    """
+    for number, text in request_lines(source):
+        if limit is not None and scan.requests >= limit:
+            return
+        scan.requests += 1
+        try:
+            row = parse_request_line(text, number, served)
+        except UnusableLine as unusable:
+            scan.unusable.append(unusable)
+            continue
+        scan.ids.add(str(row[ID_COLUMN]), number)
+        scan.runnable += row[REQUEST_ERROR_COLUMN] is None
+        yield row
+
+
+def refused_lines(rows: Iterator[dict[str, Any]], created: int) -> Iterator[dict[str, Any]]:
+    """The output lines of the request rows that were refused before running."""
+    for row in rows:
+        if row[REQUEST_ERROR_COLUMN] is not None:
+            yield batch_output_line(row[ID_COLUMN], None, None, None, None,
+                                    f"preprocess: {row[REQUEST_ERROR_COLUMN]}",
+                                    row[MODEL_COLUMN] or "", created, row[STATUS_COLUMN])
+
+
+def stage_requests(spec: JobSpec, run_dir: RunDirectory, clock=time.time) -> str:
     """Scan ``data.input`` once into ``<output>/_input`` (Parquet); return its path.
 
     The first ``data.rows`` requests (non-blank lines) are staged, in blocks of
@@ -419,8 +540,10 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
     retries move a block at a time. A staged copy that is complete is reused.
 
     Raises:
-        InputDataError: the file is missing, unreadable or empty, or two lines share
-            a ``custom_id`` (named, with their line numbers; nothing is run).
+        InputDataError: the file is missing, unreadable or empty; a line is not a JSON
+            object with a custom_id, or two lines share one (named, with their line
+            numbers); or no request can run: ``_batch_output.jsonl`` then holds each
+            one's error line. In each case nothing is run (Ray never starts).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -436,7 +559,7 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
         block = max(1, math.ceil(total / data.partitions))
     schema = pa.schema([pa.field(name, pa.type_for_alias(alias))
                         for name, alias in REQUEST_COLUMNS.items()])
-    ids = CustomIds()
+    scan = FileScan()
     rows: list[dict[str, object]] = []
     files = 0
 
@@ -450,32 +573,55 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory) -> str:
             rows = []
 
     run_dir.fs.create_dir(f"{run_dir.root}/{STAGED_INPUT_DIR}", recursive=True)
-    count = 0
-    for number, text in request_lines(data.input):
-        if data.rows is not None and count >= data.rows:
-            break
-        # Rows are checkpointed by id: a bad line's must not be a request's (line-1).
-        row = parse_request_line(text, number, unnamed_id=unnamed_row_id)
-        ids.add(str(row[ID_COLUMN]), number)
+    for row in scan_requests(data.input, served_model_names(spec), scan, limit=data.rows):
         rows.append(row)
-        count += 1
-        if len(rows) >= block:
+        if len(rows) >= block and not scan.unusable:  # a file refused needs no more blocks
             flush()
     flush()
-    if ids.repeated:
+    refused = None
+    if scan.unusable:
+        refused = InputDataError(
+            f"data.input: {data.input} has {len(scan.unusable)} line(s) that are not a "
+            f"request with a custom_id: {scan.describe_unusable()}. Each line must be a "
+            "JSON object with a unique custom_id string, so its answer can be matched to it.",
+            hint="Fix those lines (or remove them), then run again.")
+    elif scan.ids.repeated:
+        refused = InputDataError(
+            f"data.input: {data.input} has {scan.ids.describe()}. Results are keyed on "
+            "custom_id, so each must be unique.",
+            hint="Give every request its own custom_id, then run again.")
+    elif scan.requests == 0:
+        refused = InputDataError(
+            f"data.input: {data.input} holds no requests (no non-blank line).",
+            hint="Point --input at an OpenAI Batch API request file (JSONL), one request "
+                 "a line.")
+    if refused is not None:
+        run_dir.clear_staged_input()
+        raise refused
+    if scan.runnable == 0:
+        shown, first = write_refused_output(run_dir, spec, clock)
         run_dir.clear_staged_input()
         raise InputDataError(
-            f"data.input: {data.input} has {ids.describe()}. Results are keyed on "
-            "custom_id, so each must be unique.",
-            hint="Give every request its own custom_id, then run again.",
-        )
-    if count == 0:
-        run_dir.clear_staged_input()
-        raise InputDataError(f"data.input: {data.input} holds no requests (no non-blank line).",
-                             hint="Point --input at an OpenAI Batch API request file (JSONL).")
+            f"data.input: none of the {scan.requests:,} requests in {data.input} can run "
+            f"as given, so no model was loaded; {shown} has each one's error line "
+            f"(the first: {first}).",
+            hint="Fix the requests their error lines name, then run again.")
     run_dir.mark_staged_input_complete()
     return staged
 
+
+def write_refused_output(run_dir: RunDirectory, spec: JobSpec,
+                         clock=time.time) -> tuple[str, str]:
+    """``_batch_output.jsonl`` from the staged rows alone, every one refused before it
+    ran: where it is (as the user gave the output folder) and its first error."""
+    import pyarrow.dataset as pads
+
+    table = pads.dataset(f"{run_dir.root}/{STAGED_INPUT_DIR}", filesystem=run_dir.fs,
+                         format="parquet").to_table().sort_by(LINE_COLUMN)
+    lines = list(refused_lines(iter(table.to_pylist()), int(clock())))
+    _write_lines(run_dir, iter(lines))
+    first = lines[0]["response"]["body"]["error"]["message"] if lines else ""
+    return f"{spec.data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}", first
 
 
 def staged_request_count(run_dir: RunDirectory) -> int | None:
@@ -539,8 +685,8 @@ def _rows_in_order(run_dir: RunDirectory, file_format: str,
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    wanted = [ID_COLUMN, LINE_COLUMN, "content", "finish_reason", "num_input_tokens",
-              "num_generated_tokens", ERROR_COLUMN]
+    wanted = [ID_COLUMN, LINE_COLUMN, MODEL_COLUMN, "content", "finish_reason",
+              "num_input_tokens", "num_generated_tokens", STATUS_COLUMN, ERROR_COLUMN]
     if complete_files_only:
         # A run stopped part-way (Ctrl-C, a kill) can leave a file without its footer.
         tables = []
@@ -561,15 +707,14 @@ def _rows_in_order(run_dir: RunDirectory, file_format: str,
 
 
 def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, created: int,
-                       complete_files_only: bool = False,
-                       name_unnamed: bool = True) -> Iterator[dict[str, Any]]:
+                       complete_files_only: bool = False) -> Iterator[dict[str, Any]]:
     """The Batch API output lines of the rows written so far, in request order.
 
     Args:
+        model: The answers' ``model`` where a row doesn't name the one its line
+            asked for (results written before rows did).
         complete_files_only: Pass over result files that can't be read (a run that
             was stopped part-way, whose last file has no footer) instead of failing.
-        name_unnamed: Show a line without a usable custom_id as ``line-N`` (else
-            ``null``): see :func:`~toolkit.spec.openai_batch.batch_output_line`.
     """
     table = _rows_in_order(run_dir, file_format, complete_files_only)
     for batch in table.to_batches(max_chunksize=1024):
@@ -579,9 +724,28 @@ def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, crea
                 finish_reason=row.get("finish_reason"),
                 prompt_tokens=row.get("num_input_tokens"),
                 completion_tokens=row.get("num_generated_tokens"),
-                error=row.get(ERROR_COLUMN), model=model, created=created,
-                name_unnamed=name_unnamed,
+                error=row.get(ERROR_COLUMN), model=row.get(MODEL_COLUMN) or model,
+                created=created, error_status=row.get(STATUS_COLUMN),
             )
+
+
+def _write_lines(run_dir: RunDirectory, lines: Iterator[dict[str, Any]]) -> int:
+    """``lines`` as ``_batch_output.jsonl``, claimed for the run directory; how many."""
+    count = 0
+    path = f"{run_dir.root}/{BATCH_OUTPUT_FILE}"
+    run_dir.claim(BATCH_OUTPUT_FILE)
+    with run_dir.fs.open_output_stream(path) as stream:
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(json.dumps(line, ensure_ascii=False))
+            if len(chunk) >= 1024:
+                stream.write(("\n".join(chunk) + "\n").encode("utf-8"))
+                count += len(chunk)
+                chunk = []
+        if chunk:
+            stream.write(("\n".join(chunk) + "\n").encode("utf-8"))
+            count += len(chunk)
+    return count
 
 
 def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) -> str:
@@ -590,23 +754,10 @@ def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) ->
     One line per written row (every request: answered or with its error), ordered
     by the request file's line numbers.
     """
-    lines = 0
-    path = f"{run_dir.root}/{BATCH_OUTPUT_FILE}"
-    run_dir.claim(BATCH_OUTPUT_FILE)
-    with run_dir.fs.open_output_stream(path) as stream:
-        chunk: list[str] = []
-        for line in batch_output_lines(run_dir, spec.data.output_format, spec.engine.model,
-                                       int(clock())):
-            chunk.append(json.dumps(line, ensure_ascii=False))
-            if len(chunk) >= 1024:
-                stream.write(("\n".join(chunk) + "\n").encode("utf-8"))
-                lines += len(chunk)
-                chunk = []
-        if chunk:
-            stream.write(("\n".join(chunk) + "\n").encode("utf-8"))
-            lines += len(chunk)
+    count = _write_lines(run_dir, batch_output_lines(run_dir, spec.data.output_format,
+                                                     spec.engine.model, int(clock())))
     shown = f"{spec.data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}"
-    return (f"Batch API output: {shown} ({lines:,} lines, one per "
+    return (f"Batch API output: {shown} ({count:,} lines, one per "
             "request, matched by custom_id).")
 
 
