@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="job file (YAML or Python) or built-in job name")
     parser.add_argument("--spec", required=True, type=Path, help="spec file (JSON or YAML)")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
+    parser.add_argument("--check-tokens", action="store_true",
+                        help="refuse the run if a row's prompt is longer than max_model_len")
     args = parser.parse_args(argv)
     # Every line of ours is marked, so `toolkit logs --follow` shows them among Ray's.
     log = JobLogWriter()
@@ -119,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
         stop_progress = _report_progress(spec, log)
         try:
             summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES,
-                                   on_notice=log.resources, on_phase=log.phase)
+                                   on_notice=log.resources, on_phase=log.phase,
+                                   check_tokens=args.check_tokens)
         finally:
             stop_progress()
     except ToolkitError as exc:

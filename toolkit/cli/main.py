@@ -17,7 +17,12 @@ import click
 from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
 from toolkit.cli.errors import interrupted, to_click
 from toolkit.cli.serve_command import serve_command
-from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
+from toolkit.cli.spec_options import (
+    CHECK_TOKENS_HELP,
+    load_spec_from_flags,
+    pop_spec_flags,
+    spec_options,
+)
 from toolkit.errors import RunInterruptedError, SpecError, ToolkitError, debug_enabled
 
 class ToolkitGroup(click.Group):
@@ -130,9 +135,10 @@ def show_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
 @click.option("--dashboard", is_flag=True,
               help="Start the Ray Dashboard with the local Ray (off by default: about 1 GB "
                    "and a slower start that the engine would otherwise have).")
+@click.option("--check-tokens", "check_tokens", is_flag=True, help=CHECK_TOKENS_HELP)
 def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                 overwrite: bool, address: str | None, verbose: bool, dashboard: bool,
-                **kwargs: Any) -> None:
+                check_tokens: bool, **kwargs: Any) -> None:
     """Run JOB's pipeline from here, on a local Ray (or RAY_ADDRESS), and summarise it.
 
     Shows one progress line (rows done of total, rows/s, ETA, error rows); Ray's
@@ -146,7 +152,7 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
     """
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     _run_with_progress(job_def, spec, overwrite=overwrite, address=address, verbose=verbose,
-                       dashboard=dashboard)
+                       dashboard=dashboard, check_tokens=check_tokens)
 
 
 @main.command("retry")
@@ -202,7 +208,7 @@ def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job
 
 
 def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str | None,
-                       verbose: bool, dashboard: bool) -> None:
+                       verbose: bool, dashboard: bool, check_tokens: bool = False) -> None:
     """Run a loaded spec with the progress line, then print its summary."""
     from toolkit.redaction import redact
     from toolkit.run.local_run import run_job
@@ -225,7 +231,7 @@ def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str
         try:
             summary = run_job(job_def, spec, overwrite=overwrite, address=address,
                               samples=SAMPLES, log_file=log_file, observer=display,
-                              dashboard=dashboard)
+                              dashboard=dashboard, check_tokens=check_tokens)
         except RunInterruptedError as stopped:
             display.close()
             interrupted(stopped.message)

@@ -42,28 +42,41 @@ def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
 @click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD",
               help="On-demand price of one worker instance per hour (default: the toolkit's "
                    "table of AWS prices).")
+@click.option("--tokens", "count_tokens", is_flag=True,
+              help="Count every input row's prompt tokens with the job's own prompt and the "
+                   "model's tokenizer (Ray Data on CPUs, no model weights): exact input "
+                   "tokens, the rows over max_model_len by id, the output budget, and the "
+                   "cost on each priced accelerator.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text, or json for scripts (--output is the spec's "
                                       "output directory here).")
 def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
-                 from_run: str | None, price_per_hour: float | None, output_format: str,
-                 **kwargs: Any) -> None:
+                 from_run: str | None, price_per_hour: float | None, count_tokens: bool,
+                 output_format: str, **kwargs: Any) -> None:
     """Estimate JOB's wall time, GPU-hours and cost before running it.
 
     Every figure says where it came from: the spec, a measurement (the model's
-    tokenizer over sample rows, a pilot run), an estimate, a table or a flag.
+    tokenizer over sample rows, every row with --tokens, a pilot run), an
+    estimate, a table or a flag.
 
     \b
     Examples:
       toolkit plan text-industry --rows 1M
       toolkit submit text-industry --rows 2000 --output s3://b/pilot --follow
       toolkit plan text-industry --rows 1M --from-run s3://b/pilot --price-per-hour 0.80
+      toolkit plan text-industry --input customers.csv --rows 100k --tokens
     """
     from toolkit.cluster.plan import plan_job
 
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
+    tokens = None
+    if count_tokens:
+        from toolkit.run.prompt_tokens import count_prompt_tokens_on_ray
+        from toolkit.samples.provider import SAMPLES
+
+        tokens = count_prompt_tokens_on_ray(job_def, spec, samples=SAMPLES)
     plan = plan_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
-                    sample_rows=sample_rows(), sample_inputs=_sample_inputs())
+                    sample_rows=sample_rows(), sample_inputs=_sample_inputs(), tokens=tokens)
     if output_format == "json":
         click.echo(json.dumps(plan.as_json(), indent=2))
     else:

@@ -29,6 +29,12 @@ SPEC_FLAGS: dict[str, str] = {
 }
 
 
+#: ``--check-tokens`` of run and submit.
+CHECK_TOKENS_HELP = ("Before any model loads, count every input row's prompt tokens with the "
+                     "model's tokenizer (as toolkit plan --tokens does) and refuse the run if a "
+                     "row is longer than the engine's max_model_len, naming those rows.")
+
+
 def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options every spec-taking command shares (run, show, render, submit)."""
     options = [

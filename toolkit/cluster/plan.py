@@ -50,15 +50,21 @@ from typing import Any
 
 from toolkit.cluster.compute_table import worker_instance_type
 from toolkit.cluster.price_table import PRICES_AS_OF, instance_price
-from toolkit.cluster.throughput_table import tokens_per_second_per_gpu
+from toolkit.cluster.throughput_table import TOKENS_PER_SECOND_PER_GPU, size_class, tokens_per_second_per_gpu
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
 from toolkit.run.progress.model import format_duration
+from toolkit.run.prompt_tokens import (
+    PLACEHOLDER_VALUE,
+    ChatStage,
+    PromptTokens,
+    chat_stage,
+    earlier_results,
+)
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import MAIN_STAGE, SAMPLE_PREFIX, DataConfig, JobSpec
 from toolkit.spec.row_contract import TASK_CONTRACTS
-from toolkit.spec.stages import StageDefinition
 
 #: The usual rule of thumb for English text with BPE tokenizers.
 CHARS_PER_TOKEN = 4
@@ -66,8 +72,6 @@ CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 5
 #: Input rows whose prompts are rendered (and tokenized) to measure tokens per row.
 SAMPLE_SIZE = 100
-#: Placeholder for each input column when no input row can be read from here.
-PLACEHOLDER_VALUE = "Example Value Ltd"
 
 #: Generates rows of a ``sample:`` input: (rows, seed) -> rows.
 SampleRows = Callable[[int, int], list[dict[str, Any]]]
@@ -151,6 +155,22 @@ class StagePlan:
 
 
 @dataclass(frozen=True)
+class AcceleratorCost:
+    """What the counted tokens cost on one accelerator, at the throughput table's rate."""
+
+    accelerator: str
+    instance_type: str
+    gpu_hours: float
+    usd: float
+    detail: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"accelerator": self.accelerator, "instance_type": self.instance_type,
+                "gpu_hours": self.gpu_hours, "cost_usd": self.usd, "source": "derived",
+                "detail": self.detail}
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything ``toolkit plan`` prints.
 
@@ -184,6 +204,12 @@ class Plan:
     bottleneck: str | None = None
     #: Stages without a rate, which the job's throughput assumes keep up.
     unrated: list[str] = field(default_factory=list)
+    #: Every row's prompt tokens, counted (``--tokens``); None: not counted.
+    prompt_tokens: PromptTokens | None = None
+    #: The answers' token budget: every counted row's max_tokens (``--tokens``).
+    output_token_budget: Figure | None = None
+    #: What the job costs on each accelerator the tables price, from the counted tokens.
+    accelerator_costs: list[AcceleratorCost] = field(default_factory=list)
 
     _FIGURES = ("rows", "input_tokens_per_row", "output_tokens_per_row", "workers",
                 "gpus_per_worker", "instance_type", "instances", "rows_per_second_per_worker",
@@ -200,6 +226,11 @@ class Plan:
         if self.multi_stage:
             payload["stages"] = [stage.as_json(bottleneck=stage.path == self.bottleneck)
                                  for stage in self.stages]
+        if self.prompt_tokens is not None:
+            payload["prompt_tokens"] = self.prompt_tokens.as_json()
+            payload["output_token_budget"] = (self.output_token_budget.as_json()
+                                              if self.output_token_budget else None)
+            payload["accelerator_costs"] = [cost.as_json() for cost in self.accelerator_costs]
         payload["notes"] = list(self.notes)
         return payload
 
@@ -248,8 +279,52 @@ class Plan:
                 ("price/hour", _usd(self.price_per_hour.value, 4) + " per instance"
                  if self.price_per_hour.known else "?", self.price_per_hour),
                 head, *totals])
+        if self.prompt_tokens is not None:
+            lines += self._tokens_lines(self.prompt_tokens)
         lines += [f"Note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def _tokens_lines(self, found: PromptTokens) -> list[str]:
+        """The ``--tokens`` block: every row's prompt counted, what can't fit, the budget,
+        and the cost on each priced accelerator."""
+        measured = "measured"
+        tokenizer = f"tokenizer of {found.model}, as {self.engine} counts them"
+        if found.over_limit:
+            more = (f" (+{found.over_limit - len(found.over_limit_ids):,} more)"
+                    if found.over_limit > len(found.over_limit_ids) else "")
+            over = (f"{found.over_limit:,} rows: ids {', '.join(found.over_limit_ids)}{more}",
+                    "each becomes an error row; --check-tokens refuses the run")
+        else:
+            over = ("0 rows", "every prompt fits")
+        rows = [
+            ("input tokens", f"{found.total:,}",
+             Figure(found.total, measured, f"every row's prompt, {tokenizer}")),
+            ("tokens/row", f"p50 {_count(found.p50)}, p99 {_count(found.p99)}, "
+             f"max {_count(found.max)}",
+             Figure(found.max, measured, f"longest: id {found.longest_id}"
+                    if found.longest_id is not None else "")),
+            ("max_model_len", _count(found.max_model_len),
+             Figure(found.max_model_len, "spec" if "engine_kwargs" in found.max_model_len_from
+                    else "measured", found.max_model_len_from)),
+            ("over the limit", over[0], Figure(found.over_limit, measured, over[1])),
+        ]
+        if found.rejected:
+            rows.append(("rejected by job", f"{found.rejected:,} rows: ids "
+                         f"{', '.join(found.rejected_ids)}",
+                         Figure(found.rejected, measured, f"first: {found.first_rejection}")))
+        if self.output_token_budget is not None:
+            rows.append(("output budget", f"{_count(self.output_token_budget.value)} tokens",
+                         self.output_token_budget))
+        lines = [f"Every row's prompt, counted: {found.rows:,} rows of {found.input} in "
+                 f"{found.seconds:,.1f} s ({found.rows_per_second:,.0f} rows/s)"]
+        lines += _figure_lines(rows, gap=True)
+        if self.accelerator_costs:
+            lines.append("Cost on each priced accelerator, from the counted tokens "
+                         f"({self.accelerator_costs[0].detail}):")
+            for cost in self.accelerator_costs:
+                lines.append(f"  {cost.accelerator + ':':7} {cost.instance_type:14} "
+                             f"~{cost.gpu_hours:,.2f} GPU-hours  ~{_usd(cost.usd, 2)}")
+        return lines
 
     def _gpus(self) -> int:
         """GPUs of every stage's workers together (GPUs per worker for one stage)."""
@@ -478,46 +553,9 @@ def count_prompt_tokens(tokenizer: Any, messages: list[dict[str, Any]]) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-@dataclass(frozen=True)
-class ChatStage:
-    """The model stage whose tokens a plan counts: the last chat (generate) stage, or
-    the main one when no stage is chat; with the stages that run before it."""
-
-    path: str
-    definition: StageDefinition[Any]
-    settings: EngineSettings
-    earlier: tuple[StageDefinition[Any], ...] = ()
-
-
-def chat_stage(job: JobDefinition[Any], spec: JobSpec) -> ChatStage:
-    """The stage whose prompts and answers are counted in tokens (see :class:`ChatStage`)."""
-    stages = job.stages
-    found = len(stages) - 1
-    for index, stage in enumerate(stages):
-        if TASK_CONTRACTS[spec.stage_engine(stage.name).task].chat:
-            found = index
-    definition = stages[found]
-    path = MAIN_STAGE if definition.name == MAIN_STAGE else f"stages.{definition.name}"
-    return ChatStage(path, definition, spec.stage_engine(definition.name), stages[:found])
-
-
-#: A placeholder for an earlier stage's result column, by its Arrow type alias.
-_RESULT_PLACEHOLDERS: dict[str, Any] = {"double": 0.5, "float": 0.5, "int64": 1, "int32": 1,
-                                        "bool": True}
-
-
-def _earlier_results(stage: ChatStage, options: Any) -> dict[str, Any]:
-    """Placeholder values of what the stages before ``stage`` add to a row, so its
-    prompt can be rendered without running them."""
-    return {column: _RESULT_PLACEHOLDERS.get(alias, [] if alias.startswith("list<")
-                                             else PLACEHOLDER_VALUE)
-            for earlier in stage.earlier
-            for column, alias in earlier.result_columns(options).items()}
-
-
 def _messages_of(stage: ChatStage, options: Any,
                  rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    earlier = _earlier_results(stage, options)
+    earlier = earlier_results(stage, options)
     conversations = []
     for row in rows:
         try:
@@ -679,6 +717,7 @@ def plan_job(
     sample_inputs: Mapping[str, SampleRows] | None = None,
     use_tokenizer: bool = True,
     count_rows: bool = True,
+    tokens: PromptTokens | None = None,
 ) -> Plan:
     """Estimate rows, tokens, workers, throughput, wall time, GPU-hours and cost.
 
@@ -699,6 +738,9 @@ def plan_job(
         use_tokenizer: Measure prompts with the model's tokenizer when it is on
             this machine (``False``: estimate only, for a quick estimate).
         count_rows: Count the rows of a local input file.
+        tokens: Every row's prompt tokens, counted
+            (:func:`~toolkit.run.prompt_tokens.count_prompt_tokens`): they replace the
+            rows and tokens per row, and price the job on each accelerator.
 
     Raises:
         SpecError: ``from_run`` holds no summary.
@@ -713,6 +755,17 @@ def plan_job(
     rows = plan_rows(spec.data, sample_rows, count=count_rows)
     input_tokens = plan_input_tokens(job, spec, tokenizer, sample_inputs or {}, chat)
     output_tokens = plan_output_tokens(job, spec, tokenizer, pilot, chat)
+    budget = None
+    if tokens is not None:
+        rows = Figure(tokens.rows, "measured", f"rows of {tokens.input} read to count tokens")
+        if tokens.counted:
+            input_tokens = Figure(tokens.mean, "measured",
+                                  f"every row's prompt: {tokens.total:,} tokens over "
+                                  f"{tokens.counted:,} rows, tokenizer of {tokens.model}")
+        budget = Figure(tokens.output_budget, "derived",
+                        "every counted row's max_tokens (an upper bound)")
+        notes += tokens.notes
+        use_tokenizer = False  # counted: nothing is estimated
     if use_tokenizer and tokenizer is None and not chat.settings.model.startswith(SAMPLE_PREFIX):
         notes.append(f"The tokenizer of {chat.settings.model} is not on this machine (no local "
                      "directory, not in the Hugging Face cache), so tokens are estimated.")
@@ -795,7 +848,39 @@ def plan_job(
                        "measured ones."],
         stages=stages, bottleneck=slowest.path if slowest is not None else None,
         unrated=unrated if multi else [],
+        prompt_tokens=tokens, output_token_budget=budget,
+        accelerator_costs=accelerator_costs(chat.settings, tokens, output_tokens)
+        if tokens is not None else [],
     )
+
+
+def accelerator_costs(settings: EngineSettings, found: PromptTokens,
+                      output_tokens: Figure) -> list[AcceleratorCost]:
+    """The counted job's GPU time and cost on each accelerator the throughput and
+    price tables cover, for the chat stage's model size (none: its size is unknown)."""
+    size = size_class(settings.model)
+    if size is None or not output_tokens.known or not found.counted:
+        return []
+    generated = output_tokens.value * found.counted
+    tokens = found.total + generated
+    detail = (f"{found.total:,} input + ~{generated:,.0f} output tokens "
+              f"({output_tokens.source}) at the table's tokens/s per GPU for {size}-class "
+              "models on vLLM; GPU time only, rough")
+    costs = []
+    for accelerator, per_gpu in TOKENS_PER_SECOND_PER_GPU[size].items():
+        try:
+            instance_type = worker_instance_type(accelerator, None,
+                                                 gpus=max(1, settings.gpus_per_worker))
+        except SpecError:
+            continue
+        price = instance_price(instance_type)
+        if price is None or not price.gpus:
+            continue
+        gpu_hours = tokens / per_gpu / 3600
+        costs.append(AcceleratorCost(accelerator, instance_type, round(gpu_hours, 2),
+                                     round(gpu_hours * price.usd_per_hour / price.gpus, 2),
+                                     detail))
+    return costs
 
 
 def _whole_job(stages: list[StagePlan], slowest: StagePlan | None) -> dict[str, Figure]:

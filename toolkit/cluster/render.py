@@ -253,6 +253,7 @@ def prepare_submission(
     environ: Mapping[str, str] | None = None,
     excludes: Sequence[str] = (),
     input_required: bool = True,
+    check_tokens: bool = False,
 ) -> Submission:
     """Stage the job in the working dir and build the request every backend and job.yaml use.
 
@@ -278,6 +279,8 @@ def prepare_submission(
         excludes: More gitignore lines to leave out of the upload (``--exclude``).
         input_required: A local input must exist now (a submit); a rendered file
             goes later, so there a missing one is only a warning.
+        check_tokens: The job counts every row's prompt tokens first and refuses to
+            run if one can't fit the model (the entrypoint's ``--check-tokens``).
 
     Raises:
         SpecError: a URL in the spec carries credentials, the compute section
@@ -322,6 +325,7 @@ def prepare_submission(
         ["python", "-m", "toolkit.cli.entrypoint", "--job", staged.job_file.as_posix(),
          "--spec", staged.spec_file.as_posix()]
         + (["--overwrite"] if overwrite else [])
+        + (["--check-tokens"] if check_tokens else [])
     )
     # What the job needs beyond the image; a Ray cluster installs only what it lacks
     # (RayJobsBackend.submit asks it first).

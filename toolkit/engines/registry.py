@@ -68,6 +68,12 @@ class EngineKind:
         preflight: ``settings -> None``, run on the driver before any row is read
             (raises a ToolkitError, e.g. an unreachable server).
         planned_from_table: ``toolkit plan``'s throughput table covers it (on GPUs).
+        ray_llm_prompt: Its chat prompts are built as Ray Data LLM's chat-template and
+            tokenize stages build them: a final assistant message is continued (no
+            generation prompt), and the templated text is encoded with the
+            tokenizer's special tokens (a tokenizer that adds BOS adds it again). Off:
+            the transformers engine's way (a generation prompt always, no special
+            tokens added). ``toolkit plan --tokens`` counts prompts the same way.
     """
 
     name: str
@@ -83,6 +89,7 @@ class EngineKind:
     imports_transformers: bool = False
     preflight: Callable[[Any], None] | None = None
     planned_from_table: bool = False
+    ray_llm_prompt: bool = False
 
 
 _KINDS: dict[str, EngineKind] = {}

@@ -43,6 +43,7 @@ def run_job(
     log_file: str | None = None,
     observer: RunObserver | None = None,
     dashboard: bool = False,
+    check_tokens: bool = False,
 ) -> RunSummary:
     """Connect to Ray (embedded unless ``address``/RAY_ADDRESS) and run the pipeline.
 
@@ -61,6 +62,9 @@ def run_job(
             only wrote to ``log_file`` (see :class:`RunObserver`).
         dashboard: Start the Ray Dashboard with a Ray started here (see
             :func:`~toolkit.run.ray.connection.connect_ray`).
+        check_tokens: Count every row's prompt tokens once Ray is up, and refuse
+            the run if a row is longer than ``max_model_len`` (see
+            :func:`~toolkit.run.pipeline.run_planned`).
 
     Raises:
         ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
@@ -89,7 +93,8 @@ def run_job(
         with sigterm_as_ctrl_c():
             return done or _run_on_ray(plan, address=address, target=target,
                                        log_file=log_file, observer=observer or RunObserver(),
-                                       dashboard=dashboard, started=started)
+                                       dashboard=dashboard, started=started,
+                                       check_tokens=check_tokens)
     except KeyboardInterrupt:
         raise RunInterruptedError(stopped_message(plan)) from None
     finally:
@@ -123,6 +128,7 @@ def _run_on_ray(
     observer: RunObserver,
     dashboard: bool,
     started: float,
+    check_tokens: bool = False,
 ) -> RunSummary:
     """:func:`run_job` once its folder is held: Ray, then the pipeline."""
     run_dir, job = plan.run_dir, plan.job
@@ -160,7 +166,8 @@ def _run_on_ray(
                 check_cluster_fits(plan.spec, cluster_state(fixed=connection.started_here))
                 with ray_data_quiet(log_file is not None):
                     summary = run_planned(plan, log_file=log_file, on_notice=observer.notice,
-                                          on_phase=on_phase, started=started)
+                                          on_phase=on_phase, started=started,
+                                          check_tokens=check_tokens)
                 if reporter is not None:
                     reporter.ended(summary.seconds, summary.rows_per_second)
                 return summary

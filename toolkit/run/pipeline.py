@@ -444,6 +444,7 @@ def run_pipeline(
     log_file: str | None = None,
     on_notice: Callable[[str], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    check_tokens: bool = False,
 ) -> RunSummary:
     """Check and run ``spec`` on the connected Ray cluster (a submitted run's
     entrypoint, or a test); the written-output summary.
@@ -457,7 +458,7 @@ def run_pipeline(
         overwrite: Replace results the toolkit wrote earlier in ``spec.data.output``.
         samples: Serves ``sample:`` inputs and models (smoke runs; see
             :mod:`toolkit.spec.sample_sources`).
-        log_file, on_notice, on_phase: as :func:`run_planned`'s.
+        log_file, on_notice, on_phase, check_tokens: as :func:`run_planned`'s.
 
     Raises:
         InputDataError, SpecError, OutputInUseError, BackendUnavailableError: as
@@ -468,7 +469,7 @@ def run_pipeline(
     plan = preflight(job, spec, overwrite=overwrite, samples=samples, command="a submitted run")
     try:
         return run_planned(plan, log_file=log_file, on_notice=on_notice, on_phase=on_phase,
-                           started=started)
+                           started=started, check_tokens=check_tokens)
     finally:
         plan.release()
 
@@ -493,6 +494,7 @@ def run_planned(
     on_notice: Callable[[str], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     started: float | None = None,
+    check_tokens: bool = False,
 ) -> RunSummary:
     """Run a checked plan (:func:`~toolkit.run.preflight.preflight`) on the connected
     Ray cluster; the written-output summary. The caller releases the plan.
@@ -504,9 +506,13 @@ def run_planned(
         on_phase: Told what the run does before its first row: ``reading the
             input``, then ``loading the model`` (shown on the progress line).
         started: When the run began (``time.monotonic()``), for its duration.
+        check_tokens: First count every row's prompt tokens
+            (:mod:`toolkit.run.prompt_tokens`) and refuse the run if any row is
+            longer than the model takes.
 
     Raises:
-        InputDataError: bad input, found before any model loads.
+        InputDataError: bad input, found before any model loads; with
+            ``check_tokens``, rows over ``max_model_len``.
         ResourcesUnavailableError: a stage's workers waited
             ``compute.resource_wait_s`` for resources no node has (exit 3); the
             rows written so far stay, and a rerun resumes.
@@ -521,11 +527,16 @@ def run_planned(
         if done is not None:
             return done
     rows_before = run_dir.checkpointed_rows() if state is RunState.PARTIAL else 0
+    phase = on_phase or (lambda _: None)
+    if check_tokens:  # before any model stage is built: no engine starts for a refused run
+        from toolkit.run.prompt_tokens import check_prompt_tokens, count_prompt_tokens
+
+        phase("counting prompt tokens")
+        check_prompt_tokens(count_prompt_tokens(job, spec, plan.samples))
     ship_job_code_by_value(job)
     # Datasets copy Ray Data's context when they are created, so checkpointing is
     # switched on before the pipeline is built, not just before it runs.
     config = checkpoint_config(run_dir, spec.data.id_column) if plan.resumable else None
-    phase = on_phase or (lambda _: None)
     with checkpointing(config):
         phase("reading the input")
         ds, source = build_dataset(plan)

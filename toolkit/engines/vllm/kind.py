@@ -43,4 +43,5 @@ KIND = EngineKind(
     ),
     imports_transformers=True,
     planned_from_table=True,
+    ray_llm_prompt=True,
 )

@@ -1,0 +1,367 @@
+"""Every row's prompt tokens, counted before any model loads: ``toolkit plan --tokens``
+and the ``--check-tokens`` preflight of ``run`` and ``submit``.
+
+One Ray Data pass over the run's own input (the same rows a run reads: the file,
+``--rows`` of it, or a ``sample:`` input) runs the job's own preprocess on each row,
+as the pipeline does, and counts its prompt with the model's tokenizer the way the
+stage's engine will (:mod:`toolkit.engines.prompt_tokens`): the figures are the
+``num_input_tokens`` a run writes, found on CPUs, with no model weights and no GPU.
+
+The stage counted is the job's chat stage (the last ``generate`` stage); what
+earlier stages would add to a row is stood in for by placeholders, so for a
+multi-stage job the counts are exact only where the prompt doesn't use them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from toolkit.engines.model_source import resolve_model_source
+from toolkit.engines.prompt_tokens import model_max_len
+from toolkit.engines.registry import engine_kind
+from toolkit.errors import InputDataError, SpecError
+from toolkit.spec.engine_settings import EngineSettings
+from toolkit.spec.job_definition import JobDefinition
+from toolkit.spec.models import MAIN_STAGE, JobSpec
+from toolkit.spec.row_contract import MAX_TOKENS_COLUMN, MESSAGES_COLUMN, TASK_CONTRACTS
+from toolkit.spec.sample_sources import SampleProvider, require_sample
+from toolkit.spec.stages import StageDefinition
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    from ray.data import Dataset
+
+#: Ids shown of the rows over the limit (and of the rows the job rejects).
+SHOWN_IDS = 10
+#: Rows per batch a counting worker takes.
+BATCH_ROWS = 2048
+#: Placeholder for an earlier stage's text result (and an input column when no row
+#: can be read).
+PLACEHOLDER_VALUE = "Example Value Ltd"
+#: A placeholder for an earlier stage's result column, by its Arrow type alias.
+_RESULT_PLACEHOLDERS: dict[str, Any] = {"double": 0.5, "float": 0.5, "int64": 1, "int32": 1,
+                                        "bool": True}
+
+
+@dataclass(frozen=True)
+class ChatStage:
+    """The model stage whose tokens are counted: the last chat (generate) stage, or
+    the main one when no stage is chat; with the stages that run before it."""
+
+    path: str
+    definition: StageDefinition[Any]
+    settings: EngineSettings
+    earlier: tuple[StageDefinition[Any], ...] = ()
+
+
+def chat_stage(job: JobDefinition[Any], spec: JobSpec) -> ChatStage:
+    """The stage whose prompts and answers are counted in tokens (see :class:`ChatStage`)."""
+    stages = job.stages
+    found = len(stages) - 1
+    for index, stage in enumerate(stages):
+        if TASK_CONTRACTS[spec.stage_engine(stage.name).task].chat:
+            found = index
+    definition = stages[found]
+    path = MAIN_STAGE if definition.name == MAIN_STAGE else f"stages.{definition.name}"
+    return ChatStage(path, definition, spec.stage_engine(definition.name), stages[:found])
+
+
+def earlier_results(stage: ChatStage, options: Any) -> dict[str, Any]:
+    """Placeholder values of what the stages before ``stage`` add to a row, so its
+    prompt can be rendered without running them."""
+    return {column: _RESULT_PLACEHOLDERS.get(alias, [] if alias.startswith("list<")
+                                             else PLACEHOLDER_VALUE)
+            for earlier in stage.earlier
+            for column, alias in earlier.result_columns(options).items()}
+
+
+@dataclass(frozen=True)
+class PromptTokens:
+    """What the counting pass found: every row's prompt tokens, and the rows that can't run.
+
+    ``rejected`` rows are those the job's preprocess refuses (a blank column, a
+    prompt over ``options.max_prompt_chars``): a run writes them as error rows
+    without reaching the model, so they have no tokens here either.
+    """
+
+    job: str
+    stage: str
+    model: str
+    input: str
+    rows: int
+    counted: int
+    total: int
+    p50: int | None
+    p99: int | None
+    max: int | None
+    longest_id: str | None
+    max_model_len: int | None
+    max_model_len_from: str
+    over_limit: int
+    over_limit_ids: list[str]
+    rejected: int
+    rejected_ids: list[str]
+    first_rejection: str | None
+    output_budget: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float | None:
+        return round(self.total / self.counted, 1) if self.counted else None
+
+    @property
+    def rows_per_second(self) -> float:
+        return round(self.rows / self.seconds, 1) if self.seconds > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage, "model": self.model, "input": self.input, "rows": self.rows,
+            "rows_counted": self.counted,
+            "input_tokens": {"total": self.total, "mean": self.mean, "p50": self.p50,
+                             "p99": self.p99, "max": self.max, "longest_id": self.longest_id},
+            "max_model_len": {"value": self.max_model_len, "source": self.max_model_len_from},
+            "over_max_model_len": {"count": self.over_limit, "ids": self.over_limit_ids},
+            "rejected_by_job": {"count": self.rejected, "ids": self.rejected_ids,
+                                "first_reason": self.first_rejection},
+            "output_token_budget": self.output_budget,
+            "seconds": round(self.seconds, 2), "rows_per_second": self.rows_per_second,
+            "notes": list(self.notes),
+        }
+
+
+def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
+                        samples: SampleProvider | None = None,
+                        shown_ids: int = SHOWN_IDS) -> PromptTokens:
+    """Count every input row's prompt tokens on the connected Ray (see the module).
+
+    Raises:
+        SpecError: the counted stage's engine has no tokenizer here (an HTTP
+            endpoint), or its model can't be found.
+        InputDataError: the input can't be read.
+    """
+    from toolkit.run.pipeline import engine_sampling_params, ship_job_code_by_value
+
+    started = time.monotonic()
+    stage = chat_stage(job, spec)
+    settings = stage.settings
+    kind = engine_kind(settings)
+    if not TASK_CONTRACTS[settings.task].chat or not kind.loads_checkpoint:
+        raise SpecError(
+            f"--tokens: {stage.path} ({settings.kind}, {settings.task}) has no chat prompt "
+            "counted with a local tokenizer.",
+            hint="Token counts are for chat stages of engines that load a model "
+            "(vllm, transformers); an HTTP endpoint counts its own tokens.")
+    source = resolve_model_source(settings.model, samples)
+    limit, limit_from = model_max_len(dict(settings.engine_kwargs), source, stage.path)
+    options = job.options_of(spec)
+    ship_job_code_by_value(job)
+    import ray
+    from ray.data import ActorPoolStrategy, DataContext
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    workers = max(1, min(os.cpu_count() or 1, cpus - 1))
+    found = _Totals(limit, shown_ids)
+    # A run stages the first --rows rows of a file, so those are the rows counted here:
+    # a limit in the input's order. The run's own datasets, made later, keep Ray's default.
+    context = DataContext.get_current()
+    ordered = context.execution_options.preserve_order
+    context.execution_options.preserve_order = ordered or spec.data.rows is not None
+    try:
+        counted = _input_rows(spec, samples).map_batches(
+            _CountBatch, fn_constructor_kwargs={
+                "tokenizer_source": source, "ray_llm_prompt": kind.ray_llm_prompt,
+                "chat_template_kwargs": dict(getattr(settings, "chat_template_kwargs", {}) or {}),
+                "preprocess": stage.definition.preprocess, "options": options,
+                "earlier": earlier_results(stage, options),
+                "sampling_params": engine_sampling_params(
+                    spec.sampling, stage.definition.structured_output(options)),
+                "id_column": spec.data.id_column,
+            }, batch_size=BATCH_ROWS, batch_format="pyarrow",
+            compute=ActorPoolStrategy(size=workers),
+            # Nothing to restart for: a worker that dies fails the count, which says so.
+            num_cpus=1, max_restarts=0)
+        for batch in counted.iter_batches(batch_format="pyarrow", batch_size=None):
+            found.add(batch)
+    finally:
+        context.execution_options.preserve_order = ordered
+    notes = []
+    if stage.earlier:
+        notes.append(f"{', '.join(s.name for s in stage.earlier)} run before {stage.path}: "
+                     "their results are placeholders here, so prompts that include them are "
+                     "counted with those.")
+    return found.result(job=job.name, stage=stage.path, model=settings.model,
+                        input=spec.data.input, limit_from=limit_from,
+                        seconds=time.monotonic() - started, notes=notes)
+
+
+def _input_rows(spec: JobSpec, samples: SampleProvider | None) -> "Dataset":
+    """The rows a run of ``spec`` reads, in the input's order (``--rows``: its first)."""
+    from toolkit.run.input.reading import open_input
+
+    data = spec.data
+    if data.input.startswith("sample:"):
+        name = require_sample("data.input", data.input, samples, "input")
+        assert samples is not None
+        return samples.open_input(name, data.rows, data.seed, data.partitions)
+    ds = open_input(data)
+    return ds.limit(data.rows) if data.rows else ds
+
+
+class _CountBatch:
+    """A Ray Data worker: the job's preprocess on each row, then the prompt's tokens.
+
+    Returns per row its id, its prompt tokens (-1: the job rejected the row), its
+    ``max_tokens`` and the preprocess's reason where it rejected it.
+    """
+
+    def __init__(self, tokenizer_source: str, ray_llm_prompt: bool,
+                 chat_template_kwargs: dict[str, Any], preprocess: Any, options: Any,
+                 earlier: dict[str, Any], sampling_params: dict[str, Any],
+                 id_column: str) -> None:
+        from toolkit.engines.prompt_tokens import PromptTokenCounter
+
+        self.counter = PromptTokenCounter(tokenizer_source, ray_llm_prompt, chat_template_kwargs)
+        self.preprocess, self.options, self.earlier = preprocess, options, earlier
+        self.sampling_params, self.id_column = sampling_params, id_column
+
+    def __call__(self, batch: "pa.Table") -> dict[str, "np.ndarray"]:
+        import numpy as np
+
+        from toolkit.run.pipeline import prepare_row
+        from toolkit.spec.row_contract import ERROR_COLUMN, plain
+
+        rows = batch.to_pylist()
+        ids = [str(row.get(self.id_column)) for row in rows]
+        tokens = np.full(len(rows), -1, dtype=np.int64)
+        max_tokens = np.zeros(len(rows), dtype=np.int64)
+        reasons: list[str | None] = [None] * len(rows)
+        good, conversations = [], []
+        for i, row in enumerate(rows):
+            out = prepare_row({**row, **self.earlier}, self.preprocess, self.options,
+                              self.sampling_params)
+            if out[ERROR_COLUMN]:
+                reasons[i] = out[ERROR_COLUMN]
+                continue
+            good.append(i)
+            conversations.append(plain(out[MESSAGES_COLUMN]))
+            max_tokens[i] = int(out.get(MAX_TOKENS_COLUMN) or 0)
+        if good:
+            tokens[good] = self.counter.count(conversations)
+        return {"id": np.array(ids, dtype=object), "tokens": tokens,
+                "max_tokens": max_tokens, "reason": np.array(reasons, dtype=object)}
+
+
+class _Totals:
+    """Sums what the workers return, keeping only the ids it will show."""
+
+    def __init__(self, limit: int | None, shown: int) -> None:
+        import numpy as np
+
+        self.np = np
+        self.limit, self.shown = limit, shown
+        self.tokens: list[Any] = []
+        self.rows = self.over = self.rejected = self.budget = 0
+        self.over_ids: list[str] = []
+        self.rejected_ids: list[str] = []
+        self.first_rejection: str | None = None
+        self.longest = (-1, None)
+
+    def add(self, batch: "pa.Table") -> None:
+        np = self.np
+        tokens = batch.column("tokens").to_numpy()
+        ids = batch.column("id")
+        self.rows += len(tokens)
+        ok = tokens >= 0
+        self.tokens.append(tokens[ok].astype(np.int32))
+        self.budget += int(batch.column("max_tokens").to_numpy()[ok].sum())
+        if ok.any():
+            at = int(np.argmax(tokens))
+            if tokens[at] > self.longest[0]:
+                self.longest = (int(tokens[at]), ids[at].as_py())
+        rejected = np.flatnonzero(~ok)
+        self.rejected += len(rejected)
+        for i in rejected[: max(0, self.shown - len(self.rejected_ids))]:
+            self.rejected_ids.append(ids[int(i)].as_py())
+        if len(rejected) and self.first_rejection is None:
+            self.first_rejection = batch.column("reason")[int(rejected[0])].as_py()
+        if self.limit is not None:
+            over = np.flatnonzero(tokens > self.limit)
+            self.over += len(over)
+            for i in over[: max(0, self.shown - len(self.over_ids))]:
+                self.over_ids.append(ids[int(i)].as_py())
+
+    def result(self, *, job: str, stage: str, model: str, input: str, limit_from: str,
+               seconds: float, notes: list[str]) -> PromptTokens:
+        np = self.np
+        every = np.concatenate(self.tokens) if self.tokens else np.zeros(0, dtype=np.int32)
+        counted = int(every.size)
+
+        def at(q: float) -> int | None:
+            return int(np.percentile(every, q, method="higher")) if counted else None
+
+        return PromptTokens(
+            job=job, stage=stage, model=model, input=input, rows=self.rows, counted=counted,
+            total=int(every.sum(dtype=np.int64)), p50=at(50), p99=at(99),
+            max=int(every.max()) if counted else None, longest_id=self.longest[1],
+            max_model_len=self.limit, max_model_len_from=limit_from, over_limit=self.over,
+            over_limit_ids=self.over_ids, rejected=self.rejected,
+            rejected_ids=self.rejected_ids, first_rejection=self.first_rejection,
+            output_budget=self.budget, seconds=seconds, notes=notes)
+
+
+def check_prompt_tokens(found: PromptTokens) -> None:
+    """Refuse a run whose rows can't fit the model (``--check-tokens``).
+
+    Raises:
+        InputDataError: rows over ``max_model_len``, naming how many, the first
+            ids and the longest, and what to change.
+    """
+    if not found.over_limit:
+        return
+    ids = ", ".join(found.over_limit_ids)
+    more = f" and {found.over_limit - len(found.over_limit_ids):,} more" \
+        if found.over_limit > len(found.over_limit_ids) else ""
+    one = found.over_limit == 1
+    raise InputDataError(
+        f"--check-tokens: {found.over_limit:,} of {found.rows:,} rows of {found.input} "
+        f"{'has a prompt' if one else 'have prompts'} longer than max_model_len "
+        f"{found.max_model_len} ({found.max_model_len_from}) for {found.model}: "
+        f"{'id' if one else 'ids'} {ids}{more}; the longest is {found.max} tokens (id "
+        f"{found.longest_id}). Nothing was run.",
+        hint=f"Raise {found.stage}.engine_kwargs.max_model_len (--set "
+        f"{found.stage}.engine_kwargs.max_model_len={found.max}, if the model takes it), "
+        "shorten or drop those rows, or run without --check-tokens to have them written "
+        "as error rows. toolkit plan JOB --tokens lists them before a run.")
+
+
+def count_prompt_tokens_on_ray(job: JobDefinition[Any], spec: JobSpec,
+                               samples: SampleProvider | None = None,
+                               address: str | None = None) -> PromptTokens:
+    """:func:`count_prompt_tokens` on the Ray already joined, else on ``address`` /
+    RAY_ADDRESS, else on a Ray started here for the count (and stopped after it).
+
+    Raises:
+        BackendUnavailableError: Ray can't be started or joined; the rest as
+            :func:`count_prompt_tokens`'s.
+    """
+    import logging
+
+    from toolkit.run.ray.connection import connect_ray, stop_local_ray
+    from toolkit.run.ray.log_output import ray_data_quiet
+
+    connection = connect_ray(address)
+    data_logger = logging.getLogger("ray.data")
+    level = data_logger.level
+    data_logger.setLevel(logging.WARNING)  # its execution plans are no news here
+    try:
+        with ray_data_quiet(True):
+            return count_prompt_tokens(job, spec, samples)
+    finally:
+        data_logger.setLevel(level)
+        if connection.started_here:
+            stop_local_ray()
