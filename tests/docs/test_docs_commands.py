@@ -47,7 +47,7 @@ PIPELINE = {"run", "retry"}
 NOT_SPEC_FLAGS = {"--overwrite": False, "-v": False, "--verbose": False, "--dashboard": False,
                   "--address": True, "--backend": True, "--follow": False, "--raw": False,
                   "--working-dir": True, "--exclude": True, "--stall-timeout": True,
-                  "--fail-on-stall": False, "--timeout": True}
+                  "--fail-on-stall": False, "--timeout": True, "--check-tokens": False}
 UNIX = {"cat", "echo", "ls", "head", "mkdir", "cd"}
 
 

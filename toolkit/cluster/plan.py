@@ -292,7 +292,8 @@ class Plan:
         if found.over_limit:
             more = (f" (+{found.over_limit - len(found.over_limit_ids):,} more)"
                     if found.over_limit > len(found.over_limit_ids) else "")
-            over = (f"{found.over_limit:,} rows: ids {', '.join(found.over_limit_ids)}{more}",
+            over = (f"{_rows(found.over_limit)}: {'id' if found.over_limit == 1 else 'ids'} "
+                    f"{', '.join(found.over_limit_ids)}{more}",
                     "each becomes an error row; --check-tokens refuses the run")
         else:
             over = ("0 rows", "every prompt fits")
@@ -309,7 +310,7 @@ class Plan:
             ("over the limit", over[0], Figure(found.over_limit, measured, over[1])),
         ]
         if found.rejected:
-            rows.append(("rejected by job", f"{found.rejected:,} rows: ids "
+            rows.append(("rejected by job", f"{_rows(found.rejected)}: ids "
                          f"{', '.join(found.rejected_ids)}",
                          Figure(found.rejected, measured, f"first: {found.first_rejection}")))
         if self.output_token_budget is not None:
@@ -381,6 +382,10 @@ def _figure_lines(rows: list[tuple[str, str, Figure]], gap: bool = False) -> lis
 def _sources(figures: Any) -> str:
     """The distinct sources of some figures, in order: ``table``, ``table + flag``."""
     return " + ".join(dict.fromkeys(figure.source for figure in figures))
+
+
+def _rows(count: int) -> str:
+    return f"{count:,} row" if count == 1 else f"{count:,} rows"
 
 
 def _count(value: Any) -> str:

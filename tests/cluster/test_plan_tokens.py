@@ -1,0 +1,124 @@
+"""`toolkit plan --tokens` and `--check-tokens`: every row's prompt counted before any
+model loads, equal to what a real run writes in its token columns."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from toolkit.cli.main import main
+from toolkit.engines.prompt_tokens import PromptTokenCounter
+
+ROWS = 40
+LONG_ID = "8"  # this row's company name alone is ~750 tokens: over max_model_len 256
+
+
+@pytest.fixture(scope="module")
+def customers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """40 generated customers, one with a name far longer than the model takes."""
+    from toolkit.samples.customers import write_customers_csv
+
+    folder = tmp_path_factory.mktemp("tokens")
+    path = write_customers_csv(folder / "customers.csv", rows=ROWS, seed=3)
+    with open(path, newline="", encoding="utf-8") as stream:
+        rows = list(csv.DictReader(stream))
+    for row in rows:
+        if row["Index"] == LONG_ID:
+            row["Company"] = "Acme Holdings " * 60
+    with open(path, "w", newline="", encoding="utf-8") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def planned(customers: Path, local_ray) -> dict:
+    result = CliRunner().invoke(main, ["plan", "text-industry", "--smoke", "--input",
+                                       str(customers), "--tokens", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_plan_tokens_counts_every_row_and_names_the_one_over_max_model_len(planned) -> None:
+    found = planned["prompt_tokens"]
+    assert (found["rows"], found["rows_counted"]) == (ROWS, ROWS)
+    assert found["max_model_len"] == {"value": 256,
+                                      "source": "engine.engine_kwargs.max_model_len"}
+    assert found["over_max_model_len"] == {"count": 1, "ids": [LONG_ID]}
+    assert found["input_tokens"]["longest_id"] == LONG_ID
+    assert found["input_tokens"]["max"] > 256 >= found["input_tokens"]["p50"]
+    assert found["rejected_by_job"]["count"] == 0
+    assert found["output_token_budget"] == ROWS * 16  # every row's sampling.max_tokens
+    # The exact figures replace the plan's estimates, and say so.
+    assert planned["rows"] == {"value": ROWS, "source": "measured",
+                               "detail": f"rows of {found['input']} read to count tokens"}
+    per_row = planned["input_tokens_per_row"]
+    assert per_row["source"] == "measured"
+    assert per_row["value"] == round(found["input_tokens"]["total"] / ROWS, 1)
+    assert planned["output_token_budget"]["value"] == ROWS * 16
+
+
+def test_plan_tokens_equal_a_real_runs_token_columns(planned, customers, local_ray,
+                                                     tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", "text-industry", "--smoke", "--input",
+                                       str(customers), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    written = pq.read_table(out).to_pylist()
+    ran = [row for row in written if row["num_input_tokens"] is not None]
+    (long_row,) = [row for row in written if str(row["Index"]) == LONG_ID]
+    found = planned["prompt_tokens"]["input_tokens"]
+    # The over-long row is an error row that names its length: the plan's longest.
+    assert long_row["error"] == f"prompt is {found['max']} tokens, longer than max_model_len 256"
+    assert len(ran) == ROWS - 1
+    assert sum(row["num_input_tokens"] for row in ran) == found["total"] - found["max"]
+
+
+def test_plan_tokens_text_shows_the_counted_figures(customers, local_ray) -> None:
+    result = CliRunner().invoke(main, ["plan", "text-industry", "--smoke", "--input",
+                                       str(customers), "--tokens"])
+    assert result.exit_code == 0, result.output
+    lines = {line.split(":", 1)[0].strip(): line for line in result.stdout.splitlines()}
+    assert lines["Every row's prompt, counted"].startswith(
+        f"Every row's prompt, counted: {ROWS} rows of {customers} in ")
+    assert "measured: every row's prompt, tokenizer of sample:tiny-chat, as transformers " \
+           "counts them" in lines["input tokens"]
+    assert f"1 row: id {LONG_ID}" in lines["over the limit"]
+    assert "derived: every counted row's max_tokens" in lines["output budget"]
+
+
+def test_check_tokens_refuses_a_run_with_a_row_over_max_model_len(customers, local_ray,
+                                                                  tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", "text-industry", "--smoke", "--input",
+                                       str(customers), "--output", str(out), "--check-tokens"])
+    assert result.exit_code == 2, result.output
+    assert (f"Error: --check-tokens: 1 of {ROWS} rows of {customers} has a prompt longer than "
+            "max_model_len 256 (engine.engine_kwargs.max_model_len) for sample:tiny-chat: "
+            f"id {LONG_ID}; the longest is ") in result.output
+    assert "Hint: Raise engine.engine_kwargs.max_model_len" in result.output
+    assert not list(out.glob("*.parquet"))  # nothing ran
+
+
+def test_the_counter_matches_the_tokenizer_on_tricky_text(tiny_chat_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_chat_model))
+    conversations = [
+        [{"role": "system", "content": "Classify."}, {"role": "user", "content": text}]
+        for text in ("Acme Ltd", "  spaces  around ", "ünïcödé 🚀 text", "",
+                     "looks special: <|eot|> inside", "tail<|start_header|>")
+    ]
+    for ray_llm_prompt in (False, True):
+        counter = PromptTokenCounter(str(tiny_chat_model), ray_llm_prompt)
+        for _ in range(2):  # the first batch checks itself; the second uses what it learnt
+            expected = [len(tokenizer(tokenizer.apply_chat_template(
+                c, add_generation_prompt=True, tokenize=False),
+                add_special_tokens=ray_llm_prompt)["input_ids"]) for c in conversations]
+            assert counter.count(conversations) == expected
