@@ -122,3 +122,27 @@ def test_the_counter_matches_the_tokenizer_on_tricky_text(tiny_chat_model: Path)
                 c, add_generation_prompt=True, tokenize=False),
                 add_special_tokens=ray_llm_prompt)["input_ids"]) for c in conversations]
             assert counter.count(conversations) == expected
+
+
+def test_a_submitted_job_with_check_tokens_refuses_on_the_cluster(
+        customers, local_ray, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from toolkit.cli import entrypoint
+    from toolkit.cluster.render import prepare_submission
+    from toolkit.spec.jobs.catalog import load_job
+    from toolkit.spec.loading import load_job_spec
+
+    job = load_job("text-industry")
+    spec = load_job_spec(job, smoke=True, overrides={
+        "data.input": str(customers), "data.output": str(tmp_path / "out")})
+    request = prepare_submission(job, spec, target="ray", local=True, working_dir=tmp_path,
+                                 check_tokens=True).request
+    assert request.entrypoint.endswith(" --check-tokens")
+    # What the cluster runs, in this process: the same refusal, before any engine starts.
+    with pytest.raises(SystemExit) as exited:
+        entrypoint.main(["--job", "text-industry", "--spec",
+                         str(tmp_path / request.spec_path), "--check-tokens"])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    said = " ".join((captured.out + captured.err).split())  # the job log's lines wrap
+    assert "has a prompt longer than max_model_len 256" in said, said
+    assert f"id {LONG_ID};" in said
