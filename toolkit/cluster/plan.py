@@ -310,8 +310,10 @@ class Plan:
             ("over the limit", over[0], Figure(found.over_limit, measured, over[1])),
         ]
         if found.rejected:
+            more = (f" (+{found.rejected - len(found.rejected_ids):,} more)"
+                    if found.rejected > len(found.rejected_ids) else "")
             rows.append(("rejected by job", f"{_rows(found.rejected)}: ids "
-                         f"{', '.join(found.rejected_ids)}",
+                         f"{', '.join(found.rejected_ids)}{more}",
                          Figure(found.rejected, measured, f"first: {found.first_rejection}")))
         if self.output_token_budget is not None:
             rows.append(("output budget", f"{_count(self.output_token_budget.value)} tokens",

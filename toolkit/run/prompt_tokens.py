@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +166,7 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
 
     cpus = int(ray.cluster_resources().get("CPU", 1))
     workers = max(1, min(os.cpu_count() or 1, cpus - 1))
+    template_kwargs = dict(getattr(settings, "chat_template_kwargs", None) or {})
     found = _Totals(limit, shown_ids)
     # A run stages the first --rows rows of a file, so those are the rows counted here:
     # a limit in the input's order. The run's own datasets, made later, keep Ray's default.
@@ -172,26 +174,31 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
     ordered = context.execution_options.preserve_order
     context.execution_options.preserve_order = ordered or spec.data.rows is not None
     try:
-        counted = _input_rows(spec, samples).map_batches(
-            _CountBatch, fn_constructor_kwargs={
-                "tokenizer_source": source, "ray_llm_prompt": kind.ray_llm_prompt,
-                "chat_template_kwargs": dict(getattr(settings, "chat_template_kwargs", {}) or {}),
-                "preprocess": stage.definition.preprocess, "options": options,
-                "earlier": earlier_results(stage, options),
-                "sampling_params": engine_sampling_params(
-                    spec.sampling, stage.definition.structured_output(options)),
-                "id_column": spec.data.id_column,
-            }, batch_size=BATCH_ROWS, batch_format="pyarrow",
-            compute=ActorPoolStrategy(size=workers),
-            # Nothing to restart for: a worker that dies fails the count, which says so.
-            num_cpus=1, max_restarts=0)
+        with warnings.catch_warnings():
+            # Ray files max_restarts under its deprecated ray_remote_args: no news to a user.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            counted = _input_rows(spec, samples).map_batches(
+                _CountBatch, fn_constructor_kwargs={
+                    "tokenizer_source": source, "ray_llm_prompt": kind.ray_llm_prompt,
+                    "chat_template_kwargs": template_kwargs,
+                    "preprocess": stage.definition.preprocess, "options": options,
+                    "earlier": earlier_results(stage, options),
+                    "sampling_params": engine_sampling_params(
+                        spec.sampling, stage.definition.structured_output(options)),
+                    "id_column": spec.data.id_column,
+                }, batch_size=BATCH_ROWS, batch_format="pyarrow",
+                compute=ActorPoolStrategy(size=workers),
+                # Nothing to restart for: a worker that dies fails the count, which says so.
+                num_cpus=1, max_restarts=0)
         for batch in counted.iter_batches(batch_format="pyarrow", batch_size=None):
             found.add(batch)
     finally:
         context.execution_options.preserve_order = ordered
     notes = []
     if stage.earlier:
-        notes.append(f"{', '.join(s.name for s in stage.earlier)} run before {stage.path}: "
+        names = ", ".join(s.name for s in stage.earlier)
+        verb = "runs" if len(stage.earlier) == 1 else "run"
+        notes.append(f"{names} {verb} before {stage.path}: "
                      "their results are placeholders here, so prompts that include them are "
                      "counted with those.")
     return found.result(job=job.name, stage=stage.path, model=settings.model,
@@ -242,13 +249,14 @@ class _CountBatch:
         reasons: list[str | None] = [None] * len(rows)
         good, conversations = [], []
         for i, row in enumerate(rows):
-            out = prepare_row({**row, **self.earlier}, self.preprocess, self.options,
-                              self.sampling_params)
+            out = prepare_row({**row, **self.earlier} if self.earlier else row,
+                              self.preprocess, self.options, self.sampling_params)
             if out[ERROR_COLUMN]:
                 reasons[i] = out[ERROR_COLUMN]
                 continue
             good.append(i)
-            conversations.append(plain(out[MESSAGES_COLUMN]))
+            messages = out[MESSAGES_COLUMN]
+            conversations.append(messages if isinstance(messages, list) else plain(messages))
             max_tokens[i] = int(out.get(MAX_TOKENS_COLUMN) or 0)
         if good:
             tokens[good] = self.counter.count(conversations)
@@ -352,15 +360,14 @@ def count_prompt_tokens_on_ray(job: JobDefinition[Any], spec: JobSpec,
     import logging
 
     from toolkit.run.ray.connection import connect_ray, stop_local_ray
-    from toolkit.run.ray.log_output import ray_data_quiet
 
     connection = connect_ray(address)
     data_logger = logging.getLogger("ray.data")
     level = data_logger.level
     data_logger.setLevel(logging.WARNING)  # its execution plans are no news here
     try:
-        with ray_data_quiet(True):
-            return count_prompt_tokens(job, spec, samples)
+        # Ray Data's progress bar (on stderr) shows a long count going.
+        return count_prompt_tokens(job, spec, samples)
     finally:
         data_logger.setLevel(level)
         if connection.started_here:
