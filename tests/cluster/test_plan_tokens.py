@@ -146,3 +146,15 @@ def test_a_submitted_job_with_check_tokens_refuses_on_the_cluster(
     said = " ".join((captured.out + captured.err).split())  # the job log's lines wrap
     assert "has a prompt longer than max_model_len 256" in said, said
     assert f"id {LONG_ID};" in said
+
+
+def test_plan_tokens_without_the_models_tokenizer_says_what_it_needs(tmp_path: Path) -> None:
+    model = tmp_path / "config-only"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    result = CliRunner().invoke(main, ["plan", "text-industry", "--smoke", "--model",
+                                       str(model), "--tokens"])
+    assert result.exit_code == 2, result.output
+    assert f"Error: --tokens: the tokenizer of engine.model {model} can't be loaded" \
+        in result.output
+    assert "Hint: Counting needs the model's tokenizer files (not its weights)" in result.output

@@ -148,16 +148,9 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
     from toolkit.run.pipeline import engine_sampling_params, ship_job_code_by_value
 
     started = time.monotonic()
-    stage = chat_stage(job, spec)
+    stage, source = counted_stage(job, spec, samples)
     settings = stage.settings
     kind = engine_kind(settings)
-    if not TASK_CONTRACTS[settings.task].chat or not kind.loads_checkpoint:
-        raise SpecError(
-            f"--tokens: {stage.path} ({settings.kind}, {settings.task}) has no chat prompt "
-            "counted with a local tokenizer.",
-            hint="Token counts are for chat stages of engines that load a model "
-            "(vllm, transformers); an HTTP endpoint counts its own tokens.")
-    source = resolve_model_source(settings.model, samples)
     limit, limit_from = model_max_len(dict(settings.engine_kwargs), source, stage.path)
     options = job.options_of(spec)
     ship_job_code_by_value(job)
@@ -204,6 +197,49 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
     return found.result(job=job.name, stage=stage.path, model=settings.model,
                         input=spec.data.input, limit_from=limit_from,
                         seconds=time.monotonic() - started, notes=notes)
+
+
+def counted_stage(job: JobDefinition[Any], spec: JobSpec,
+                  samples: SampleProvider | None = None) -> tuple[ChatStage, str]:
+    """The stage whose prompts are counted and where its tokenizer loads from, checked
+    before any Ray starts.
+
+    Raises:
+        SpecError: the stage's engine has no local tokenizer (an HTTP endpoint), or
+            its tokenizer can't be loaded.
+    """
+    stage = chat_stage(job, spec)
+    settings = stage.settings
+    if not TASK_CONTRACTS[settings.task].chat or not engine_kind(settings).loads_checkpoint:
+        raise SpecError(
+            f"--tokens: {stage.path} ({settings.kind}, {settings.task}) has no chat prompt "
+            "counted with a local tokenizer.",
+            hint="Token counts are for chat stages of engines that load a model "
+            "(vllm, transformers); an HTTP endpoint counts its own tokens.")
+    source = resolve_model_source(settings.model, samples)
+    _check_tokenizer(source, settings.model, stage.path)
+    return stage, source
+
+
+def _check_tokenizer(source: str, model: str, path: str) -> None:
+    """Load the tokenizer here once: a clear error before any worker starts, and a Hub
+    model's tokenizer files fetched once, into the cache the workers then read.
+
+    Raises:
+        SpecError: the tokenizer can't be loaded (offline, gated, not a model).
+    """
+    try:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(source)
+    except Exception as exc:  # noqa: BLE001 - one paragraph instead of a traceback
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SpecError(
+            f"--tokens: the tokenizer of {path}.model {model} can't be loaded: {reason}",
+            hint="Counting needs the model's tokenizer files (not its weights): a local "
+            "model directory (--model DIR), or a Hugging Face id this machine can reach "
+            "(HF_TOKEN for a gated one). --smoke counts with the sample model's tokenizer.",
+        ) from None
 
 
 def _input_rows(spec: JobSpec, samples: SampleProvider | None) -> "Dataset":
@@ -361,6 +397,7 @@ def count_prompt_tokens_on_ray(job: JobDefinition[Any], spec: JobSpec,
 
     from toolkit.run.ray.connection import connect_ray, stop_local_ray
 
+    counted_stage(job, spec, samples)  # a model without a tokenizer here: before Ray starts
     connection = connect_ray(address)
     data_logger = logging.getLogger("ray.data")
     level = data_logger.level
