@@ -38,9 +38,18 @@ def customers(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def planned(customers: Path, local_ray) -> dict:
+def named_8b(tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample model under a name that says 8B, so the throughput table prices it."""
+    import shutil
+
+    return Path(shutil.copytree(tiny_chat_model, tmp_path_factory.mktemp("m") / "Tiny-Chat-8B"))
+
+
+@pytest.fixture(scope="module")
+def planned(customers: Path, named_8b: Path, local_ray) -> dict:
     result = CliRunner().invoke(main, ["plan", "text-industry", "--smoke", "--input",
-                                       str(customers), "--tokens", "--format", "json"])
+                                       str(customers), "--model", str(named_8b), "--tokens",
+                                       "--format", "json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -62,6 +71,23 @@ def test_plan_tokens_counts_every_row_and_names_the_one_over_max_model_len(plann
     assert per_row["source"] == "measured"
     assert per_row["value"] == round(found["input_tokens"]["total"] / ROWS, 1)
     assert planned["output_token_budget"]["value"] == ROWS * 16
+
+
+def test_plan_tokens_prices_the_counted_tokens_on_each_accelerator(planned) -> None:
+    from toolkit.cluster.price_table import INSTANCE_PRICES
+    from toolkit.cluster.throughput_table import TOKENS_PER_SECOND_PER_GPU
+
+    costs = {cost["accelerator"]: cost for cost in planned["accelerator_costs"]}
+    assert set(costs) == set(TOKENS_PER_SECOND_PER_GPU["8B"])  # L4, A10G, L40S, A100, H100
+    tokens = (planned["prompt_tokens"]["input_tokens"]["total"]
+              + planned["output_tokens_per_row"]["value"] * ROWS)
+    l4 = costs["L4"]
+    assert l4["instance_type"] == "g6.2xlarge" and l4["source"] == "derived"
+    assert l4["gpu_hours"] == round(tokens / 2_000 / 3600, 4) > 0
+    assert l4["cost_usd"] == round(tokens / 2_000 / 3600
+                                   * INSTANCE_PRICES["g6.2xlarge"].usd_per_hour, 4) > 0
+    assert l4["detail"].startswith(f"{planned['prompt_tokens']['input_tokens']['total']:,} "
+                                   "input + ~")
 
 
 def test_plan_tokens_equal_a_real_runs_token_columns(planned, customers, local_ray,

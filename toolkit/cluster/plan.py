@@ -884,8 +884,9 @@ def accelerator_costs(settings: EngineSettings, found: PromptTokens,
         if price is None or not price.gpus:
             continue
         gpu_hours = tokens / per_gpu / 3600
-        costs.append(AcceleratorCost(accelerator, instance_type, round(gpu_hours, 2),
-                                     round(gpu_hours * price.usd_per_hour / price.gpus, 2),
+        # Four places: a small input's figures stay checkable against a big one's.
+        costs.append(AcceleratorCost(accelerator, instance_type, round(gpu_hours, 4),
+                                     round(gpu_hours * price.usd_per_hour / price.gpus, 4),
                                      detail))
     return costs
 
