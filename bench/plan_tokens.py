@@ -7,8 +7,9 @@ is to what a real run writes in its token columns.
 Three figures:
 
 1. ``toolkit plan text-industry --smoke --input customers.csv --rows N --tokens`` as a
-   user runs it: the whole command's wall and CPU seconds, and the counting pass's own
-   rows/s (from Ray being up to the last row counted, as the plan prints it);
+   user runs it: the whole command's wall and CPU seconds, the counting pass's own
+   rows/s (from Ray being up to the last row counted, as the plan prints it), and its
+   rate once the workers were up (first counted batch to the last);
 2. one counting worker's CPU time per row, in this process without Ray (the job's
    preprocess, the chat template, the tokenizer): the ceiling of rows/s per core, which
    holds on a busy machine where wall-clock rates don't;
@@ -120,6 +121,10 @@ def main() -> None:
               f"{found['over_max_model_len']['count']:,} rows over max_model_len")
         print(f"  counting pass:    {found['rows_per_second']:>10,.0f} rows/s "
               f"({found['seconds']:.1f} s, Ray up to the last row)")
+        streaming = found["streaming_rows_per_second"]
+        if streaming:
+            print(f"  workers up:       {streaming:>10,.0f} rows/s (first counted batch to the "
+                  "last: the tokenising rate, the workers' start left out)")
         print(f"  whole command:    {rows / wall:>10,.0f} rows/s ({wall:.1f} s wall, "
               f"{cpu:.1f} CPU-s, Ray's start included)")
         per_row = cpu_per_row(csv, min(rows, 50_000), args.model)

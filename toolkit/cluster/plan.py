@@ -318,8 +318,10 @@ class Plan:
         if self.output_token_budget is not None:
             rows.append(("output budget", f"{_count(self.output_token_budget.value)} tokens",
                          self.output_token_budget))
+        streaming = (f"; {found.streaming_rows_per_second:,.0f} rows/s once the workers "
+                     "were up" if found.streaming_rows_per_second else "")
         lines = [f"Every row's prompt, counted: {found.rows:,} rows of {found.input} in "
-                 f"{found.seconds:,.1f} s ({found.rows_per_second:,.0f} rows/s)"]
+                 f"{found.seconds:,.1f} s ({found.rows_per_second:,.0f} rows/s{streaming})"]
         lines += _figure_lines(rows, gap=True)
         if self.accelerator_costs:
             lines.append("Cost on each priced accelerator, from the counted tokens "

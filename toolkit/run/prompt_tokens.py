@@ -109,6 +109,9 @@ class PromptTokens:
     first_rejection: str | None
     output_budget: int
     seconds: float
+    #: Rows/s while the workers were up: from the first counted batch to the last
+    #: (None: one batch), so the workers' start (Python, the tokenizer) is left out.
+    streaming_rows_per_second: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -131,6 +134,7 @@ class PromptTokens:
                                 "first_reason": self.first_rejection},
             "output_token_budget": self.output_budget,
             "seconds": round(self.seconds, 2), "rows_per_second": self.rows_per_second,
+            "streaming_rows_per_second": self.streaming_rows_per_second,
             "notes": list(self.notes),
         }
 
@@ -314,12 +318,17 @@ class _Totals:
         self.rejected_ids: list[str] = []
         self.first_rejection: str | None = None
         self.longest = (-1, None)
+        self.first_batch: tuple[float, int] | None = None  # (when, rows so far)
+        self.last_batch_at = 0.0
 
     def add(self, batch: "pa.Table") -> None:
         np = self.np
         tokens = batch.column("tokens").to_numpy()
         ids = batch.column("id")
         self.rows += len(tokens)
+        self.last_batch_at = time.monotonic()
+        if self.first_batch is None:
+            self.first_batch = (self.last_batch_at, self.rows)
         ok = tokens >= 0
         self.tokens.append(tokens[ok].astype(np.int32))
         self.budget += int(batch.column("max_tokens").to_numpy()[ok].sum())
@@ -355,7 +364,16 @@ class _Totals:
             max_model_len=self.limit, max_model_len_from=limit_from, over_limit=self.over,
             over_limit_ids=self.over_ids, rejected=self.rejected,
             rejected_ids=self.rejected_ids, first_rejection=self.first_rejection,
-            output_budget=self.budget, seconds=seconds, notes=notes)
+            output_budget=self.budget, seconds=seconds,
+            streaming_rows_per_second=self._streaming_rate(), notes=notes)
+
+    def _streaming_rate(self) -> float | None:
+        if self.first_batch is None:
+            return None
+        at, rows = self.first_batch
+        if self.last_batch_at <= at or self.rows <= rows:
+            return None
+        return round((self.rows - rows) / (self.last_batch_at - at), 1)
 
 
 def check_prompt_tokens(found: PromptTokens) -> None:
