@@ -220,6 +220,14 @@ def counted_stage(job: JobDefinition[Any], spec: JobSpec,
             "counted with a local tokenizer.",
             hint="Token counts are for chat stages of engines that load a model "
             "(vllm, transformers); an HTTP endpoint counts its own tokens.")
+    from toolkit.run.input.formats import run_format
+
+    if run_format(spec.data).stages_rows:
+        raise SpecError(
+            f"--tokens: data.format {spec.data.format} stages its own rows into the run's "
+            "folder, which counting doesn't do yet.",
+            hint="Count a CSV, Parquet or JSON Lines input of the same rows, or run it: "
+            "its summary and token columns give the exact figures.")
     source = resolve_model_source(settings.model, samples)
     _check_tokenizer(source, settings.model, stage.path)
     return stage, source
