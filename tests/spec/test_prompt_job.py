@@ -74,6 +74,23 @@ def test_the_prompt_is_rendered_with_the_rows_columns():
     ]
 
 
+def test_a_system_prompt_that_reads_no_column_is_the_same_on_every_row():
+    choosing = options({"system": "Answer with one of: {{ choices | join(', ') }}.",
+                        "user": "Review: {{ review }}"}, {"choice": ["yes", "no"]})
+    rows = [preprocess({"review_id": i, "review": f"Review {i}"}, choosing)["messages"]
+            for i in range(3)]
+    assert {row[0]["content"] for row in rows} == {"Answer with one of: yes, no."}
+    assert [row[1]["content"] for row in rows] == ["Review: Review 0", "Review: Review 1",
+                                                  "Review: Review 2"]
+
+
+def test_a_system_prompt_too_long_for_any_row_is_refused_on_each_row_alike():
+    long = options({"system": "{{ 'a' * 2000000 }}", "user": "{{ review }}"})
+    for i in range(2):
+        with pytest.raises(ValueError, match="prompt.system: template output exceeds"):
+            preprocess({"review_id": i, "review": "x"}, long)
+
+
 def test_columns_whose_names_are_not_identifiers_are_read_through_row():
     opts = options({"user": 'Signed up on {{ row["Subscription Date"] }} as {{ name }}.'})
     row = {"review_id": 1, "Subscription Date": "2021-03-04", "name": "Ada"}

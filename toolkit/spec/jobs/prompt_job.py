@@ -317,7 +317,9 @@ def preprocess(row: dict[str, Any], options: PromptJobOptions) -> dict[str, Any]
                                   value_chars=options.max_prompt_chars + row_text,
                                   why=options.max_prompt_chars_from, used=used)
             try:
-                content = render_bounded(_template(source), context, limits)
+                content = _rendered_once(source, context["choices"], limits)
+                if content is None:
+                    content = render_bounded(_template(source), context, limits)
             except TemplateLimitError as exc:
                 raise ValueError(f"prompt.{role}: {exc}"
                                  f"{_longest_column(values, options.max_prompt_chars)}"
@@ -327,6 +329,36 @@ def preprocess(row: dict[str, Any], options: PromptJobOptions) -> dict[str, Any]
             used += len(content)
             messages.append({"role": role, "content": content})
     return {"messages": messages}
+
+
+def _rendered_once(source: str, choices: list[str], limits: RenderLimits) -> str | None:
+    """The text of a template that reads nothing of the row (a system prompt, usually):
+    the same on every row, so rendered once per worker. None for any other template."""
+    if not _row_free(source):
+        return None
+    return _row_free_text(source, tuple(choices), limits.max_chars, limits.why, limits.used)
+
+
+#: What a template may read and still render the same on every row (not ``lipsum``).
+_SAME_ON_EVERY_ROW = frozenset({"choices", "range", "dict", "namespace"})
+
+
+@functools.lru_cache(maxsize=64)
+def _row_free(source: str) -> bool:
+    return jinja2.meta.find_undeclared_variables(_ENV.parse(source)) <= _SAME_ON_EVERY_ROW
+
+
+@functools.lru_cache(maxsize=64)
+def _row_free_text(source: str, choices: tuple[str, ...], max_chars: int, why: str,
+                   used: int) -> str | None:
+    """Rendered under the tightest limits a row can bring (no row text: ``value_chars``
+    is ``max_chars``), so what passes here passes on every row; None where it fails, and
+    each row then renders it and says why."""
+    limits = RenderLimits(max_chars=max_chars, value_chars=max_chars, why=why, used=used)
+    try:
+        return render_bounded(_template(source), {"choices": list(choices)}, limits)
+    except (TemplateLimitError, jinja2.TemplateError):
+        return None
 
 
 def _longest_column(values: Mapping[str, Any], cap: int) -> str:
