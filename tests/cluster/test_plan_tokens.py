@@ -119,6 +119,26 @@ def test_plan_tokens_text_shows_the_counted_figures(customers, local_ray) -> Non
     assert "derived: every counted row's max_tokens" in lines["output budget"]
 
 
+def test_the_clusters_page_example_prints_what_it_shows(local_ray, tmp_path, monkeypatch):
+    """docs/clusters.md's `plan --tokens` example, on this test's Ray (the docs test
+    leaves the block to this test, to start no Ray of its own)."""
+    import shlex
+
+    from tests.docs.test_docs_commands import CHECKOUT, blocks, missing
+
+    [example] = [block for block in blocks(CHECKOUT / "docs" / "clusters.md")
+                 if block.reason and block.reason.endswith(
+                     "::test_the_clusters_page_example_prints_what_it_shows")]
+    monkeypatch.chdir(tmp_path)
+    for command in example.commands():
+        argv = shlex.split(command.text)
+        assert argv[0] == "toolkit"
+        result = CliRunner().invoke(main, argv[1:])
+        assert result.exit_code == 0, result.output
+        printed = [line.rstrip() for line in result.output.splitlines() if line.strip()]
+        assert missing(command.shown, printed) == [], result.output
+
+
 def test_check_tokens_refuses_a_run_with_a_row_over_max_model_len(customers, local_ray,
                                                                   tmp_path: Path) -> None:
     out = tmp_path / "out"
