@@ -164,11 +164,13 @@ def _run_on_ray(
                 if reporter is not None:
                     reporter.ended(summary.seconds, summary.rows_per_second)
                 return summary
-        except ToolkitError:
-            raise
         except Exception as exc:
-            if debug_enabled():
+            # Ours, raised here or on a worker (an engine that could not start).
+            ours = toolkit_cause(exc)
+            if ours is exc or debug_enabled():
                 raise
+            if ours is not None:
+                raise ours from None
             raise JobFailedError(
                 f"The {job.name} run failed: {root_cause(exc)}",
                 hint="Rerun with TOOLKIT_DEBUG=1 for the full traceback; "
@@ -252,6 +254,20 @@ def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list
     stages = {name: updates.get(f"stages.{name}", stage) for name, stage in spec.stages.items()}
     return spec.model_copy(update={"engine": updates.get("engine", spec.engine),
                                    "stages": stages}), notices
+
+
+def toolkit_cause(exc: BaseException) -> ToolkitError | None:
+    """The toolkit's own error that ``exc`` is or wraps, as it was raised (Ray and Ray
+    Data wrap an error raised on a worker, and keep the original, hint and all, as
+    ``cause``; Ray's wrapper may also pass for its class, without its fields)."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        if isinstance(seen, ToolkitError) and "hint" in vars(seen):
+            return seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return None
 
 
 def root_cause(exc: BaseException) -> str:
