@@ -144,3 +144,17 @@ class EngineStartError(ToolkitError):
 
     def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
         return type(self), (self.message, self.hint)
+
+
+def toolkit_cause(exc: BaseException) -> ToolkitError | None:
+    """The toolkit's own error that ``exc`` is or wraps, as it was raised (Ray and Ray
+    Data wrap an error raised on a worker, and keep the original, hint and all, as
+    ``cause``; Ray's wrapper may also pass for its class, without its fields)."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        if isinstance(seen, ToolkitError) and "hint" in vars(seen):
+            return seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return None

@@ -45,6 +45,15 @@ def test_a_kv_cache_too_small_names_the_settings_that_change_it():
     assert isinstance(copy, EngineStartError) and copy.format_message() == error.format_message()
 
 
+def test_a_kv_cache_larger_than_the_machines_memory_says_to_lower_it():
+    reason = ("ValueError: Available memory on node 0 (20.1/23.54 GiB) on kv cache allocation "
+              "is less than requested memory for kv (500.0 GiB). Decrease "
+              "--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
+              "other processes.")
+    error = engine_start_error(reason, {"kv_cache_memory_bytes": 500 * 2**30})
+    assert error.hint.startswith("Lower engine.kv_cache_gib (now 500 GiB) to what the machine")
+
+
 def test_another_failed_start_points_at_vllms_arguments():
     error = engine_start_error("OSError: model.safetensors is not a safetensors file", {})
     assert "engine.engine_kwargs are vLLM's engine arguments" in error.hint

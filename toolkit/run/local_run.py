@@ -13,8 +13,8 @@ from toolkit.errors import (
     JobFailedError,
     RunInterruptedError,
     SpecError,
-    ToolkitError,
     debug_enabled,
+    toolkit_cause,
 )
 from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 from toolkit.run.output.summary import RunSummary
@@ -254,20 +254,6 @@ def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list
     stages = {name: updates.get(f"stages.{name}", stage) for name, stage in spec.stages.items()}
     return spec.model_copy(update={"engine": updates.get("engine", spec.engine),
                                    "stages": stages}), notices
-
-
-def toolkit_cause(exc: BaseException) -> ToolkitError | None:
-    """The toolkit's own error that ``exc`` is or wraps, as it was raised (Ray and Ray
-    Data wrap an error raised on a worker, and keep the original, hint and all, as
-    ``cause``; Ray's wrapper may also pass for its class, without its fields)."""
-    seen: BaseException | None = exc
-    visited: set[int] = set()
-    while seen is not None and id(seen) not in visited:
-        visited.add(id(seen))
-        if isinstance(seen, ToolkitError) and "hint" in vars(seen):
-            return seen
-        seen = getattr(seen, "cause", None) or seen.__cause__
-    return None
 
 
 def root_cause(exc: BaseException) -> str:

@@ -26,8 +26,10 @@ _PREFIX = re.compile(r"^(?:\(.*? pid=\d+\)\s*)*(?:(?:ERROR|WARNING|INFO|CRITICAL
 _ERROR_LINE = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception): \S")
 #: Wrappers that only point at the reason: vLLM's of its child's failure, Ray's.
 _WRAPPERS = ("Engine core initialization failed", "ray.exceptions.")
-#: Words of a reason that is about the KV cache (its size against one request).
-_KV_CACHE_WORDS = re.compile(r"KV cache|cache blocks|kv_cache", re.IGNORECASE)
+#: Words of a reason that is about the KV cache, and of one saying it is larger than
+#: the machine's free memory (vLLM's CPU worker: "... less than requested memory for kv").
+_KV_CACHE_WORDS = re.compile(r"KV cache|cache blocks|kv_cache|memory for kv", re.IGNORECASE)
+_KV_CACHE_TOO_LARGE = re.compile(r"less than requested memory for kv", re.IGNORECASE)
 #: The longest reason kept: vLLM's run a few hundred characters.
 MAX_REASON_CHARS = 700
 
@@ -78,9 +80,13 @@ def engine_start_error(reason: str, engine_kwargs: dict[str, Any]) -> EngineStar
         now = f" (now {size / 2**30:.4g} GiB)" if isinstance(size, (int, float)) else ""
         length = engine_kwargs.get("max_model_len")
         length_now = f" (now {length})" if length else ""
-        hint = (f"Its KV cache must hold at least one whole request: raise "
-                f"engine.kv_cache_gib{now} or lower engine.engine_kwargs.max_model_len"
-                f"{length_now}. {rerun}")
+        if _KV_CACHE_TOO_LARGE.search(reason):
+            hint = (f"Lower engine.kv_cache_gib{now} to what the machine's free memory "
+                    f"holds. {rerun}")
+        else:
+            hint = (f"Its KV cache must hold at least one whole request: raise "
+                    f"engine.kv_cache_gib{now} or lower engine.engine_kwargs.max_model_len"
+                    f"{length_now}. {rerun}")
     else:
         hint = (f"Change what vLLM names (engine.engine_kwargs are vLLM's engine "
                 f"arguments, engine.model its model); Ray's log holds the worker's full "
