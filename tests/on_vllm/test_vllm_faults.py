@@ -22,14 +22,14 @@ from vllm_cli import toolkit_run
 from toolkit.errors import EngineStartError
 
 SMOKE_ON_VLLM = ("--smoke", "--engine", "vllm", "--accelerator", "none")
-KILLED_RUN_ROWS = 300
+KILLED_RUN_ROWS = 1000  # blocks of 256 rows: three more land after the first
 
 
 @pytest.fixture(scope="module")
 def killed_engine_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A run whose vLLM engine process (``EngineCore``, the child of Ray Data LLM's
-    stage actor) is SIGKILLed once its first rows are written: its output folder and
-    all it printed."""
+    """A run whose vLLM engine process (``EngineCore``, started by Ray Data LLM's stage
+    actor) is SIGKILLed once its first rows are written: its output folder and all it
+    printed."""
     out = tmp_path_factory.mktemp("killed-engine") / "out"
     proc = subprocess.Popen(
         ["toolkit", "run", "text-industry", *SMOKE_ON_VLLM, "--rows", str(KILLED_RUN_ROWS),
@@ -42,8 +42,7 @@ def killed_engine_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
             assert proc.poll() is None, "the run ended before its engine could be killed"
             assert time.monotonic() < deadline, "no rows were written in time"
             time.sleep(0.2)
-        engines = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                   if "EngineCore" in " ".join(p.cmdline()) + p.name()]
+        engines = engine_core_processes(proc.pid)
         assert engines, "no vLLM EngineCore process found"
         for engine in engines:
             engine.send_signal(signal.SIGKILL)
@@ -54,6 +53,22 @@ def killed_engine_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
             proc.wait(timeout=30)
     assert proc.returncode == 0, output[-3000:]
     return out, output
+
+
+def engine_core_processes(run_pid: int) -> list[psutil.Process]:
+    """vLLM's ``EngineCore`` processes of the run ``run_pid``. vLLM starts them through
+    a process that exits, so they are not the run's descendants: they are found by the
+    logs they write to, in the Ray session the run started (named after its pid)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if "EngineCore" not in process.name() + " ".join(process.cmdline()):
+                continue
+            if f"_{run_pid}/logs/" in os.readlink(f"/proc/{process.pid}/fd/2"):
+                found.append(process)
+        except (psutil.Error, OSError):  # gone, a zombie, or not ours to read
+            continue
+    return found
 
 
 def test_a_killed_vllm_engine_is_restarted_and_every_row_is_written_once(killed_engine_run):
