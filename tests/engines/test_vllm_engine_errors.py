@@ -54,6 +54,14 @@ def test_a_kv_cache_larger_than_the_machines_memory_says_to_lower_it():
     assert error.hint.startswith("Lower engine.kv_cache_gib (now 500 GiB) to what the machine")
 
 
+def test_an_engine_killed_while_it_started_says_so():
+    reason = ("RuntimeError: Engine core initialization failed. See root cause above. Failed "
+              "core proc(s): {'EngineCore': -9}")
+    assert engine_start_reason(reason) is None  # nothing better: the wrapper is the reason
+    error = engine_start_error(reason, {})
+    assert error.hint.startswith("vLLM's engine process was killed (signal 9) while it started")
+
+
 def test_another_failed_start_points_at_vllms_arguments():
     error = engine_start_error("OSError: model.safetensors is not a safetensors file", {})
     assert "engine.engine_kwargs are vLLM's engine arguments" in error.hint

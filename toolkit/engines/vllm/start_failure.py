@@ -30,6 +30,8 @@ _WRAPPERS = ("Engine core initialization failed", "ray.exceptions.")
 #: the machine's free memory (vLLM's CPU worker: "... less than requested memory for kv").
 _KV_CACHE_WORDS = re.compile(r"KV cache|cache blocks|kv_cache|memory for kv", re.IGNORECASE)
 _KV_CACHE_TOO_LARGE = re.compile(r"less than requested memory for kv", re.IGNORECASE)
+#: vLLM's wrapper naming its engine process ended by a signal: ``{'EngineCore': -9}``.
+_KILLED = re.compile(r"Failed core proc\(s\): \{'EngineCore': -(?P<signal>\d+)\}")
 #: The longest reason kept: vLLM's run a few hundred characters.
 MAX_REASON_CHARS = 700
 
@@ -87,6 +89,10 @@ def engine_start_error(reason: str, engine_kwargs: dict[str, Any]) -> EngineStar
             hint = (f"Its KV cache must hold at least one whole request: raise "
                     f"engine.kv_cache_gib{now} or lower engine.engine_kwargs.max_model_len"
                     f"{length_now}. {rerun}")
+    elif killed := _KILLED.search(reason):
+        hint = (f"vLLM's engine process was killed (signal {killed['signal']}) while it "
+                f"started: by the machine's out-of-memory killer, or by hand. Give the "
+                f"worker more memory or a smaller engine.kv_cache_gib, then run again. {rerun}")
     else:
         hint = (f"Change what vLLM names (engine.engine_kwargs are vLLM's engine "
                 f"arguments, engine.model its model); Ray's log holds the worker's full "
