@@ -15,6 +15,8 @@ code meaning
 6    a bounded wait timed out
 7    a followed job wrote no row for ``--stall-timeout`` (``--fail-on-stall``)
 8    the stop-loss: too many of a run's rows failed (what it wrote stays)
+9    a model engine could not start (a setting, the model or the machine; what the
+     run wrote stays)
 130  stopped by Ctrl-C or SIGTERM (a local run keeps what it wrote; a watched job
      keeps running)
 ==== =====================================================
@@ -127,3 +129,32 @@ class StopLossError(ToolkitError):
     """
 
     exit_code = 8
+
+
+class EngineStartError(ToolkitError):
+    """A model engine failed to start (a KV cache too small for one request, a model
+    it can't load): every worker would fail the same way, so the run stops at the first
+    failed start rather than restarting it for minutes. The message carries the
+    engine's own reason; what the run wrote stays, and the same command resumes.
+
+    Raised on a Ray worker and re-raised by the driver, so it pickles with its hint.
+    """
+
+    exit_code = 9
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        return type(self), (self.message, self.hint)
+
+
+def toolkit_cause(exc: BaseException) -> ToolkitError | None:
+    """The toolkit's own error that ``exc`` is or wraps, as it was raised (Ray and Ray
+    Data wrap an error raised on a worker, and keep the original, hint and all, as
+    ``cause``; Ray's wrapper may also pass for its class, without its fields)."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        if isinstance(seen, ToolkitError) and "hint" in vars(seen):
+            return seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return None

@@ -245,3 +245,15 @@ def test_a_local_run_shrinks_cpu_pools_this_machine_cannot_hold():
     assert fit_pools_to_this_machine(spec, cpus=16) == (spec, [])
     on_gpus = load_job_spec(job)
     assert fit_pools_to_this_machine(on_gpus, cpus=4) == (on_gpus, [])
+
+
+def test_the_vllm_stage_stops_the_run_on_a_failed_start_and_keeps_its_resources(
+        local_ray, tiny_chat_model):
+    job = load_job("text-industry")
+    overrides = {"engine.model": str(tiny_chat_model), "engine.accelerator_type": "none"}
+    stage = build_vllm_processor(load_job_spec(job, overrides=overrides).engine) \
+        .get_stage_by_name("vLLMEngineStage")
+    assert stage.fn.__module__ == "toolkit.engines.vllm.engine_stage"
+    assert stage.fn.__name__ == "vLLMEngineStageUDF"  # Ray Data's operator keeps its name
+    assert stage.map_batches_kwargs["num_cpus"] == 1
+    assert "num_gpus" not in stage.map_batches_kwargs

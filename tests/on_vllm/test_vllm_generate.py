@@ -8,7 +8,9 @@ read it (module-scoped fixtures).
 from __future__ import annotations
 
 import json
+import random
 import re
+import string
 from pathlib import Path
 
 import pyarrow.csv as pacsv
@@ -23,6 +25,10 @@ from toolkit.spec.loading import load_job_spec
 
 ROWS = 500
 BLANK_COMPANIES = ("7", "42")  # ids read from a CSV are strings  # preprocess refuses these rows: they never reach an engine
+#: This row's Company is a thousand characters, some 900 tokens: over text-industry's
+#: max_model_len 256 (within its prompt cap of 256 x 8 characters), so each engine refuses it.
+LONG_COMPANY = "17"
+FAILED = (*BLANK_COMPANIES, LONG_COMPANY)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +50,10 @@ def rows_csv(workdir: Path) -> Path:
     for i, row_id in enumerate(ids):
         if str(row_id) in BLANK_COMPANIES:
             companies[i] = ""
+        if str(row_id) == LONG_COMPANY:
+            rng = random.Random(0)
+            companies[i] = " ".join("".join(rng.choices(string.ascii_lowercase, k=7))
+                                    for _ in range(125))
     table = table.set_column(table.schema.get_field_index("Company"), "Company",
                              [companies])
     path = workdir / "rows.csv"
@@ -71,7 +81,7 @@ def on_transformers(workdir: Path, untuned_model: Path, rows_csv: Path) -> dict:
 def test_text_industry_on_vllm_answers_every_row_with_one_of_the_choices(on_vllm):
     choices = set(load_job_spec(load_job("text-industry")).output.choice)
     answered = [row for row in on_vllm.values() if row["error"] is None]
-    assert len(on_vllm) == ROWS and len(answered) == ROWS - len(BLANK_COMPANIES)
+    assert len(on_vllm) == ROWS and len(answered) == ROWS - len(FAILED)
     assert {row["inferred_industry"] for row in answered} <= choices
     assert all(row["num_input_tokens"] > 0 and row["num_generated_tokens"] > 0
                for row in answered)
@@ -84,7 +94,7 @@ def test_rows_failed_in_preprocess_never_reach_vllm(on_vllm, workdir):
         assert row["inferred_industry"] is None
         assert row["num_input_tokens"] is None and row["num_generated_tokens"] is None
     summary = json.loads((workdir / "vllm" / "_summary.json").read_text())
-    assert summary["error_rows"] == len(BLANK_COMPANIES)
+    assert summary["error_rows"] == len(FAILED)
     assert summary["input_tokens"] == sum(r["num_input_tokens"] or 0 for r in on_vllm.values())
     assert summary["output_tokens"] == sum(r["num_generated_tokens"] or 0
                                            for r in on_vllm.values())
@@ -113,8 +123,16 @@ def test_vllm_rows_say_why_they_ended_and_pass_the_checks(on_vllm, workdir):
     assert all(row["failed_checks"] is None for row in answered)
     assert all(0 < row["inferred_industry_confidence"] <= 1 for row in answered)
     summary = json.loads((workdir / "vllm" / "_summary.json").read_text())
-    assert summary["finish_reasons"] == {"stop": ROWS - len(BLANK_COMPANIES),
-                                         "error": len(BLANK_COMPANIES)}
+    assert summary["finish_reasons"] == {"stop": ROWS - len(FAILED), "error": len(FAILED)}
+
+
+def test_a_prompt_over_max_model_len_is_one_error_row_in_the_same_words_on_both_engines(
+        on_vllm, on_transformers):
+    row = on_vllm[LONG_COMPANY]
+    length = re.fullmatch(r"prompt is (\d+) tokens, longer than max_model_len 256", row["error"])
+    assert length and int(length.group(1)) > 800, row["error"]
+    assert row["inferred_industry"] is None
+    assert on_transformers[LONG_COMPANY]["error"] == row["error"]
 
 
 def test_date_reformat_answers_match_the_pattern_vllm_was_given(tmp_path):

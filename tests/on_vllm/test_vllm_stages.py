@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 from vllm_cli import read_rows, succeeded, toolkit_run
 
 #: The sample reviews hold one longer than the tiny encoders' 512 positions: vLLM
-#: refuses it, an error row (the transformers classifier truncates it instead).
-LONG_REVIEW_ERROR = "maximum context length is 512 tokens"
+#: refuses it, an error row in the words the transformers chat engine uses (its
+#: classifier truncates it instead).
+LONG_REVIEW_ERROR = "longer than max_model_len 512"
 
 
 def test_embed_on_vllm_writes_one_vector_per_text(tmp_path):

@@ -20,7 +20,7 @@ from typing import Any
 
 from toolkit.cluster.job_log import JobLogWriter
 from toolkit.engines.registry import engine_kind
-from toolkit.errors import SpecError, ToolkitError, debug_enabled
+from toolkit.errors import SpecError, debug_enabled, toolkit_cause
 
 #: Packages every run needs on the cluster, by import name -> pip name.
 RUNTIME_PACKAGES: dict[str, str] = {
@@ -125,14 +125,14 @@ def main(argv: list[str] | None = None) -> None:
                                    check_tokens=args.check_tokens)
         finally:
             stop_progress()
-    except ToolkitError as exc:
-        if debug_enabled():
-            raise
-        log.error(exc.message, exc.hint)
-        sys.exit(exc.exit_code)
     except Exception as exc:
         if debug_enabled():
             raise
+        # Ours, raised here or on a worker (an engine that could not start).
+        ours = toolkit_cause(exc)
+        if ours is not None:
+            log.error(ours.message, ours.hint)
+            sys.exit(ours.exit_code)
         # The traceback stays in the raw log; the marked line says what failed.
         traceback.print_exc()
         from toolkit.run.local_run import root_cause

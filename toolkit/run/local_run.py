@@ -13,8 +13,8 @@ from toolkit.errors import (
     JobFailedError,
     RunInterruptedError,
     SpecError,
-    ToolkitError,
     debug_enabled,
+    toolkit_cause,
 )
 from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 from toolkit.run.output.summary import RunSummary
@@ -171,11 +171,13 @@ def _run_on_ray(
                 if reporter is not None:
                     reporter.ended(summary.seconds, summary.rows_per_second)
                 return summary
-        except ToolkitError:
-            raise
         except Exception as exc:
-            if debug_enabled():
+            # Ours, raised here or on a worker (an engine that could not start).
+            ours = toolkit_cause(exc)
+            if ours is exc or debug_enabled():
                 raise
+            if ours is not None:
+                raise ours from None
             raise JobFailedError(
                 f"The {job.name} run failed: {root_cause(exc)}",
                 hint="Rerun with TOOLKIT_DEBUG=1 for the full traceback; "

@@ -55,6 +55,14 @@ def object_column(values: Sequence[Any]) -> np.ndarray:
     return column
 
 
+def prompt_too_long(n_tokens: int, max_model_len: int, at_least: bool = False) -> str:
+    """The error of a row whose prompt the model can't take, the same on every engine
+    (the transformers engine checks it itself; vLLM's words are read back into it).
+    ``at_least``: the count stopped early (vLLM tokenizes one token past the limit)."""
+    count = f"at least {n_tokens}" if at_least else str(n_tokens)
+    return f"prompt is {count} tokens, longer than max_model_len {max_model_len}"
+
+
 def row_error(value: Any) -> str | None:
     """An ``error`` cell as text, or None: Arrow nulls can arrive as None or NaN."""
     if isinstance(value, str):

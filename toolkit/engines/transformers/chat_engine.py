@@ -48,6 +48,7 @@ from toolkit.spec.row_contract import (
     SAMPLING_PARAMS_COLUMN,
     object_column,
     plain,
+    prompt_too_long,
     row_error,
 )
 
@@ -308,9 +309,7 @@ class TransformersChatEngine:
 
     def _check_length(self, n_tokens: int) -> ValueError | None:
         if n_tokens > self.max_model_len:
-            return ValueError(
-                f"prompt is {n_tokens} tokens, longer than max_model_len {self.max_model_len}"
-            )
+            return ValueError(prompt_too_long(n_tokens, self.max_model_len))
         return None
 
     def _encode(self, prompts: Sequence[Any]) -> Any:

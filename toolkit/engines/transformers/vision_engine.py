@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-
 from toolkit.engines.transformers.chat_engine import TransformersChatEngine, apply_transformers_engine
+from toolkit.spec.row_contract import prompt_too_long
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -135,9 +135,7 @@ class TransformersVisionEngine(TransformersChatEngine):
             raise ValueError(f"could not build the prompt: {type(exc).__name__}: {exc}") from None
         n_tokens = len(encoded["input_ids"][0])
         if n_tokens > self.max_model_len:
-            raise ValueError(
-                f"prompt is {n_tokens} tokens, longer than max_model_len {self.max_model_len}"
-            )
+            raise ValueError(prompt_too_long(n_tokens, self.max_model_len))
         return _Prompt(text, images)
 
     # -- generation ---------------------------------------------------------

@@ -12,8 +12,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.model_source import resolve_model_source
+from toolkit.engines.vllm.row_errors import toolkit_row_error
 from toolkit.engines.vllm.settings import CPU_BACKEND_STAGE_CPUS, CPU_KV_CACHE_GIB, VllmSettings
-from toolkit.spec.row_contract import GENERATED_LOGPROB_COLUMN, SAMPLING_PARAMS_COLUMN
+from toolkit.spec.row_contract import (
+    GENERATED_LOGPROB_COLUMN,
+    RAY_LLM_ERROR_COLUMN,
+    SAMPLING_PARAMS_COLUMN,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +50,10 @@ def build_vllm_processor(
       (``bundle_per_worker``, replicated tensor x pipeline parallel times). With no
       accelerator vLLM runs its CPU backend and the bundle is those CPUs alone.
     """
+    keep_triton_out_of_the_driver()
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+
+    from toolkit.engines.vllm.engine_stage import with_start_check
 
     for warning in engine.engine_warnings():
         logger.warning(warning)
@@ -59,7 +67,25 @@ def build_vllm_processor(
         detokenize_stage=dict(cpu_stage),
         prepare_multimodal_stage={**cpu_stage, "enabled": multimodal},
     )
-    return build_processor(config)
+    return with_start_check(build_processor(config))
+
+
+def keep_triton_out_of_the_driver() -> None:
+    """Let this process (the run's driver: it builds the processor, the workers run
+    vLLM) import vLLM without Triton.
+
+    Ray Data LLM's vLLM stage imports vLLM on the driver, and vLLM tries Triton's
+    backends there. Where that import fails half-way (vLLM's CPU build beside a CUDA
+    Triton: "Triton is installed, but `triton.backends` could not be imported"), the
+    objects Triton's nanobind extension made stay alive, and at exit nanobind prints
+    some 40 lines of ``nanobind: leaked N instances! ... triton._C.libtriton...``
+    after the run's summary. vLLM runs without Triton when it finds none, and the
+    driver runs no kernel; the workers import it as usual. A Triton imported already
+    is left alone.
+    """
+    import sys
+
+    sys.modules.setdefault("triton", None)  # find_spec and import see "not installed"
 
 
 def vllm_engine_settings(
@@ -148,7 +174,16 @@ def apply_vllm_engine(
     (``generated_logprob``: the job's ``<column>_confidence``)."""
     ds = ds.map(ask_for_choice_logprobs)
     ds = build_vllm_processor(engine, multimodal=multimodal, samples=samples)(ds)
-    return ds.map(sum_answer_logprobs)
+    return ds.map(finish_vllm_row)
+
+
+def finish_vllm_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as vLLM left it, in the toolkit's terms: its answer's log-probability
+    (:func:`sum_answer_logprobs`), its error in the words every engine uses."""
+    row = sum_answer_logprobs(row)
+    if row.get(RAY_LLM_ERROR_COLUMN):
+        row[RAY_LLM_ERROR_COLUMN] = toolkit_row_error(row[RAY_LLM_ERROR_COLUMN])
+    return row
 
 
 def ask_for_choice_logprobs(row: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.engines.model_source import resolve_model_source
-from toolkit.engines.vllm.chat_stage import cpu_stage_settings, vllm_engine_settings
+from toolkit.engines.vllm.chat_stage import (
+    cpu_stage_settings,
+    keep_triton_out_of_the_driver,
+    vllm_engine_settings,
+)
+from toolkit.engines.vllm.row_errors import toolkit_row_error
 from toolkit.spec.row_contract import (
     EMBEDDING_COLUMN,
     ERROR_COLUMN,
@@ -46,7 +51,10 @@ _ENGINE_COLUMNS = (VLLM_EMBEDDINGS_COLUMN, PROMPT_COLUMN, "tokenized_prompt", "p
 def build_vllm_task_processor(engine: "VllmSettings",
                               samples: "SampleProvider | None" = None) -> "Processor":
     """A Ray Data LLM processor running ``engine.task`` (embed or classify) on vLLM."""
+    keep_triton_out_of_the_driver()
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+
+    from toolkit.engines.vllm.engine_stage import with_start_check
 
     config = vLLMEngineProcessorConfig(
         **vllm_engine_settings(engine, samples),
@@ -56,7 +64,7 @@ def build_vllm_task_processor(engine: "VllmSettings",
         detokenize_stage={"enabled": False},
         prepare_multimodal_stage={"enabled": False},
     )
-    return build_processor(config)
+    return with_start_check(build_processor(config))
 
 
 def model_labels(model: str) -> dict[int, str]:
@@ -78,7 +86,7 @@ def vllm_task_outputs(batch: dict[str, np.ndarray], task: str,
     label_column: list[Any] = [None] * size
     scores: list[Any] = [None] * size
     for i in range(size):
-        errors[i] = errors[i] or row_error(engine_errors[i])
+        errors[i] = errors[i] or toolkit_row_error(row_error(engine_errors[i]))
         if errors[i] or vectors[i] is None:
             continue
         vector = np.asarray(vectors[i], dtype=np.float32).reshape(-1)
