@@ -8,9 +8,11 @@ read it (module-scoped fixtures).
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import string
+import subprocess
 from pathlib import Path
 
 import pyarrow.csv as pacsv
@@ -133,6 +135,23 @@ def test_a_prompt_over_max_model_len_is_one_error_row_in_the_same_words_on_both_
     assert length and int(length.group(1)) > 800, row["error"]
     assert row["inferred_industry"] is None
     assert on_transformers[LONG_COMPANY]["error"] == row["error"]
+
+
+def test_plan_tokens_counts_every_prompt_as_vllm_did_and_names_the_long_row(
+        on_vllm, untuned_model, rows_csv):
+    planned = subprocess.run(
+        ["toolkit", "plan", "text-industry", "--engine", "vllm", "--accelerator", "none",
+         "--model", str(untuned_model), "--input", str(rows_csv), "--tokens", "--format",
+         "json"], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "RAY_ADDRESS": ""})
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    found = json.loads(planned.stdout)["prompt_tokens"]
+
+    assert found["over_max_model_len"]["ids"] == [LONG_COMPANY]
+    long_row = re.search(r"prompt is (\d+) tokens", on_vllm[LONG_COMPANY]["error"])
+    assert found["input_tokens"]["max"] == int(long_row.group(1))
+    ran = sum(row["num_input_tokens"] or 0 for row in on_vllm.values())
+    assert found["input_tokens"]["total"] - found["input_tokens"]["max"] == ran
 
 
 def test_date_reformat_answers_match_the_pattern_vllm_was_given(tmp_path):

@@ -53,10 +53,10 @@ def test_a_request_that_cant_run_is_an_error_row_with_its_status(text, status, m
 
 def test_a_line_asks_for_one_of_the_served_names_or_gets_the_first():
     served = ["gpt-4o-mini", "tiny"]
-    assert parse_request_line(request(model="tiny"), 1, served)["model"] == "tiny"
+    assert parse_request_line(request(model="tiny"), 1, served)["served_model"] == "tiny"
     line = json.dumps({"custom_id": "a", "url": "/v1/chat/completions",
                        "body": {"messages": [{"role": "user", "content": "Hi"}]}})
-    assert parse_request_line(line, 1, served)["model"] == "gpt-4o-mini"
+    assert parse_request_line(line, 1, served)["served_model"] == "gpt-4o-mini"
 
 
 def test_the_body_becomes_messages_and_this_rows_sampling_params():

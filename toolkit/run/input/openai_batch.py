@@ -91,9 +91,10 @@ URL_COLUMN = "url"
 BODY_COLUMN = "body"
 REQUEST_ERROR_COLUMN = "request_error"
 #: The HTTP status a request refused before it ran is answered with (400, 404); kept in
-#: the results, as ``model``: the served name the line asked for (its answer's model).
+#: the results, as ``served_model``: the served name the line asked for (its answer's
+#: model). Not ``model``: Ray Data LLM reads a row's ``model`` as a LoRA adapter to load.
 STATUS_COLUMN = "error_status"
-MODEL_COLUMN = "model"
+MODEL_COLUMN = "served_model"
 REQUEST_COLUMNS: dict[str, str] = {
     ID_COLUMN: "string", LINE_COLUMN: "int64", URL_COLUMN: "string", BODY_COLUMN: "string",
     REQUEST_ERROR_COLUMN: "string", STATUS_COLUMN: "int64", MODEL_COLUMN: "string",
