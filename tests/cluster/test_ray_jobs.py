@@ -248,14 +248,19 @@ def test_missing_token_is_explained(ray_head: LocalHead, tmp_path: Path) -> None
         pytest.skip("this head runs without token auth (no ~/.ray/auth_token here)")
     except urllib.error.HTTPError as exc:
         assert exc.code == 401
-    from toolkit.errors import BackendUnavailableError
 
-    with pytest.raises(BackendUnavailableError) as caught:
-        RayJobsBackend.connect(ray_head.dashboard_url,
-                               environ={"RAY_AUTH_TOKEN_PATH": str(tmp_path / "none")})
-    assert caught.value.exit_code == 3
-    assert "refused this client's credentials" in caught.value.message
-    assert "RAY_AUTH_MODE=token" in caught.value.hint
+    # A user's shell without the token: its own process (Ray, once told to send a token
+    # in a process, keeps doing so), no RAY_AUTH_* and a home with no ~/.ray/auth_token.
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    refused = subprocess.run(["toolkit", "list", "--address", ray_head.dashboard_url],
+                             capture_output=True, text=True, timeout=120,
+                             env={**env, "HOME": str(tmp_path)})
+
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "refused this client's credentials" in refused.stderr
+    assert "RAY_AUTH_MODE=token" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 @pytest.mark.parametrize("job, rows, result_column", [
