@@ -71,11 +71,13 @@ def engine_core_processes(run_pid: int) -> list[psutil.Process]:
     return found
 
 
-def test_a_killed_vllm_engine_is_restarted_and_every_row_is_written_once(killed_engine_run):
+def test_a_killed_vllm_engine_loses_no_row_and_writes_every_row_once(killed_engine_run):
     out, output = killed_engine_run
     ids = [int(i) for i in pq.read_table(out, columns=["Index"])["Index"].to_pylist()]
     assert sorted(ids) == list(range(1, KILLED_RUN_ROWS + 1))
-    assert "a Ray worker process died" in output
+    # Whether Ray had to restart the engine's actor (and says "a Ray worker process
+    # died") depends on how many rows it still held when the kill landed: on a fast
+    # machine it may have answered them all already, so that is not asserted.
 
 
 def test_a_vllm_run_ends_with_its_summary_and_no_leak_report(killed_engine_run):
