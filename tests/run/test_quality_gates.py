@@ -48,7 +48,9 @@ def test_a_run_cut_off_at_max_tokens_stops_early_and_retry_fixes_it_in_place(tmp
     as_the_page_shows(samples)
     as_the_page_shows(run)  # stopped early, exit 8, with the retry command to run
     first = pd.read_parquet(out)
-    assert 0 < len(first) < 1000, "it stopped before the end, keeping what it wrote"
+    # How many rows land before the stop takes hold depends on the machine's pace (on a
+    # busy one, all of them): what it wrote is kept, and every one of them failed.
+    assert 0 < len(first) <= 1000
     assert (first["finish_reason"] == "length").all()
     assert first["error"].str.startswith("truncated: the answer was cut off at max_tokens=1").all()
 
@@ -64,7 +66,8 @@ def test_a_run_cut_off_at_max_tokens_stops_early_and_retry_fixes_it_in_place(tmp
     assert summary["checks"]["truncated"] == {"failed": 0, "rate": 0.0}
     assert [a["attempt"] for a in summary["attempts"]] == [1, 2]
     assert summary["attempts"][1]["changed"] == ["sampling.max_tokens"]
-    assert summary["attempts"][1]["rows"] == len(first)
+    # Every row: the failed ones, those never reached, and any in a file the stop cut off.
+    assert [a["rows"] for a in summary["attempts"]] == [1000, 1000]
 
     again = toolkit("retry", "out/text-industry", cwd=tmp_path)
     assert again.returncode == 0 and "Nothing to retry" in again.stdout

@@ -572,6 +572,11 @@ def run_planned(
     retrying = manifest is not None and bool(manifest.attempts) \
         and manifest.attempts[-1].get("state") == "running"
     if retrying:
+        # What the attempt ran, counted now: before it ran, a stopped run's rows never
+        # reached (and those of a file cut off mid-write) were not known.
+        manifest.attempts[-1]["rows"] = rows_this_run
+        manifest.attempts[0]["rows"] = rows_before + rows_this_run
+        run_dir.write_manifest(manifest)
         notes.append(f"Retry attempt {manifest.attempts[-1]['attempt']}: {rows_this_run:,} rows "
                      f"run again, {rows_before:,} kept from earlier attempts.")
     elif state is RunState.PARTIAL:

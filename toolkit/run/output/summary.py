@@ -55,7 +55,7 @@ class Attempt(BaseModel):
     """One pass over the output: the first run, then each ``toolkit retry``."""
 
     attempt: int
-    rows: int = Field(description="Rows this attempt set out to (re)do; the first: every row.")
+    rows: int = Field(description="Rows this attempt (re)did; the first: every row.")
     fingerprint: str
     changed: list[str] = Field(default_factory=list,
                                description="Spec fields this attempt changed from the one before.")
