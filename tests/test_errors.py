@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -11,11 +13,15 @@ from click.testing import CliRunner
 from toolkit.cli.main import main
 from toolkit.errors import (
     BackendUnavailableError,
+    EngineDiedError,
+    EngineStartError,
     InputDataError,
     JobFailedError,
     JobStalledError,
     JobStoppedError,
+    RunInterruptedError,
     SpecError,
+    StopLossError,
     ToolkitError,
     WaitTimeoutError,
 )
@@ -48,10 +54,21 @@ def test_an_error_is_its_message_and_shows_its_hint_below_it():
 def test_exit_codes_are_the_documented_contract():
     codes = {cls.__name__: cls.exit_code for cls in (
         ToolkitError, SpecError, InputDataError, BackendUnavailableError, JobFailedError,
-        JobStoppedError, WaitTimeoutError, JobStalledError)}
+        JobStoppedError, WaitTimeoutError, JobStalledError, StopLossError, EngineStartError,
+        EngineDiedError, RunInterruptedError)}
     assert codes == {"ToolkitError": 1, "SpecError": 2, "InputDataError": 2,
                      "BackendUnavailableError": 3, "JobFailedError": 4, "JobStoppedError": 5,
-                     "WaitTimeoutError": 6, "JobStalledError": 7}
+                     "WaitTimeoutError": 6, "JobStalledError": 7, "StopLossError": 8,
+                     "EngineStartError": 9, "EngineDiedError": 10, "RunInterruptedError": 130}
+
+
+def test_every_exit_code_is_in_the_errors_page():
+    def subclasses(cls: type) -> list[type]:
+        return [cls, *(sub for direct in cls.__subclasses__() for sub in subclasses(direct))]
+
+    page = (Path(__file__).parent.parent / "docs" / "errors.md").read_text()
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", page, re.MULTILINE)}
+    assert documented == {0} | {cls.exit_code for cls in subclasses(ToolkitError)} - {1}
 
 
 @pytest.mark.parametrize("debug", ["", "1"])

@@ -146,6 +146,14 @@ class EngineStartError(ToolkitError):
         return type(self), (self.message, self.hint)
 
 
+class EngineDiedError(ToolkitError):
+    """A model engine worker died mid-run more often than Ray was allowed to restart
+    it (``engine.max_restarts``): something kills it that a restart won't fix. What the
+    run wrote stays, and the same command resumes."""
+
+    exit_code = 10
+
+
 def toolkit_cause(exc: BaseException) -> ToolkitError | None:
     """The toolkit's own error that ``exc`` is or wraps, as it was raised (Ray and Ray
     Data wrap an error raised on a worker, and keep the original, hint and all, as

@@ -25,6 +25,12 @@ def test_text_industry_builds_the_seed_processor(local_ray, tiny_chat_model):
     assert stage.map_batches_kwargs["accelerator_type"] == "L4"
     assert stage.map_batches_kwargs["num_gpus"] == 1
     assert stage.map_batches_kwargs["compute"].max_size == 4
+    # Ray Data would restart an engine worker without end; a worker that keeps dying stops.
+    assert stage.map_batches_kwargs["max_restarts"] == 3
+    endless = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model),
+                                            "engine.max_restarts": -1})
+    stage = build_vllm_processor(endless.engine).get_stage_by_name("vLLMEngineStage")
+    assert stage.map_batches_kwargs["max_restarts"] == -1
 
 
 def test_rows_ask_vllm_for_one_of_the_choices():

@@ -10,6 +10,7 @@ from typing import Any
 
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import (
+    EngineDiedError,
     JobFailedError,
     RunInterruptedError,
     SpecError,
@@ -178,6 +179,9 @@ def _run_on_ray(
                 raise
             if ours is not None:
                 raise ours from None
+            died = engine_died_error(exc, plan.spec, log_file)
+            if died is not None:
+                raise died from None
             raise JobFailedError(
                 f"The {job.name} run failed: {root_cause(exc)}",
                 hint="Rerun with TOOLKIT_DEBUG=1 for the full traceback; "
@@ -261,6 +265,41 @@ def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list
     stages = {name: updates.get(f"stages.{name}", stage) for name, stage in spec.stages.items()}
     return spec.model_copy(update={"engine": updates.get("engine", spec.engine),
                                    "stages": stages}), notices
+
+
+def engine_died_error(exc: BaseException, spec: JobSpec,
+                      log_file: str | None) -> EngineDiedError | None:
+    """Why the run ended, when a model worker whose restarts are bounded died for good.
+
+    Ray Data restarts its other actors without end, so an actor found dead here is
+    an engine worker past ``max_restarts`` (vLLM's, whose engine dies with it)."""
+    from ray.exceptions import ActorDiedError
+
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        if isinstance(seen, ActorDiedError):
+            break
+        visited.add(id(seen))
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    else:
+        return None
+    bounds = [(field, getattr(engine, "restarts")) for field, engine in spec.model_stages
+              if "max_restarts" in type(engine).model_fields]
+    if not bounds:
+        return None
+    named = ", ".join(f"{field}.max_restarts {restarts}" for field, restarts in bounds)
+    # Ray's text goes on with generic advice on the OOM killer and `ray stop`.
+    said = root_cause(seen).split(" Some common causes", 1)[0]
+    return EngineDiedError(
+        f"A model engine worker died more often than Ray may restart it ({named}): "
+        f"the run stopped. Ray's last word on it: {said}",
+        hint="Something kills it that a restart won't fix: the machine running out of "
+        "memory (lower engine.batch_size or engine.kv_cache_gib), a failing device, or "
+        "nodes taken back (spot instances: raise engine.max_restarts, -1 for without "
+        "end). " + (f"Ray's log: {log_file}. " if log_file else "")
+        + "Rows already written stay; the same command resumes.",
+    )
 
 
 def root_cause(exc: BaseException) -> str:

@@ -67,7 +67,7 @@ def build_vllm_processor(
         detokenize_stage=dict(cpu_stage),
         prepare_multimodal_stage={**cpu_stage, "enabled": multimodal},
     )
-    return with_start_check(build_processor(config))
+    return with_start_check(build_processor(config), max_restarts=engine.restarts)
 
 
 def keep_triton_out_of_the_driver() -> None:

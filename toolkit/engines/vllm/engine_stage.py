@@ -73,11 +73,20 @@ class vLLMEngineStageUDF(RayDataLlmEngineUDF):  # noqa: N801 - Ray Data LLM's na
             yield output
 
 
-def with_start_check(processor: "Processor") -> "Processor":
-    """``processor`` with its vLLM stage run by :class:`vLLMEngineStageUDF`.
+def with_start_check(processor: "Processor", max_restarts: int) -> "Processor":
+    """``processor`` with its vLLM stage run by :class:`vLLMEngineStageUDF`, whose
+    actors Ray restarts at most ``max_restarts`` times each (-1: without end).
+
+    Ray Data restarts a map actor without end by default, and Ray Data LLM exits the
+    actor whenever its engine dies so that it is restarted: an engine that dies again
+    and again (out of memory on some rows, a bad device) would run forever. Past the
+    bound the actor stays dead and its batch fails the run (:func:`engine_died_error`).
 
     A copy of the stage with the class swapped: setting ``fn`` on it would validate
     the stage again, and its validator, run a second time, asks for a GPU."""
     stage = processor.get_stage_by_name(ENGINE_STAGE)
-    processor.stages[ENGINE_STAGE] = stage.model_copy(update={"fn": vLLMEngineStageUDF})
+    processor.stages[ENGINE_STAGE] = stage.model_copy(update={
+        "fn": vLLMEngineStageUDF,
+        "map_batches_kwargs": {**stage.map_batches_kwargs, "max_restarts": max_restarts},
+    })
     return processor

@@ -64,7 +64,7 @@ def build_vllm_task_processor(engine: "VllmSettings",
         detokenize_stage={"enabled": False},
         prepare_multimodal_stage={"enabled": False},
     )
-    return with_start_check(build_processor(config))
+    return with_start_check(build_processor(config), max_restarts=engine.restarts)
 
 
 def model_labels(model: str) -> dict[int, str]:

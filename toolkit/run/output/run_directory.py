@@ -97,6 +97,7 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "engine.concurrency",
     "engine.num_cpus",
     "engine.kv_cache_gib",
+    "engine.max_restarts",
     # http: how fast and with which credentials rows reach the same server
     "engine.qps",
     "engine.max_retries",
