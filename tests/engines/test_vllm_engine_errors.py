@@ -62,6 +62,15 @@ def test_an_engine_killed_while_it_started_says_so():
     assert error.hint.startswith("vLLM's engine process was killed (signal 9) while it started")
 
 
+def test_an_engine_that_ended_while_it_started_without_a_reason_is_not_blamed_on_settings():
+    # As when the engine process is killed before vLLM starts watching it.
+    error = engine_start_error("RuntimeError: Engine core initialization failed. See root "
+                               "cause above. Failed core proc(s): {}", {})
+    assert error.hint.startswith("vLLM's engine process ended while it started without "
+                                 "saying why")
+    assert "engine_kwargs" not in error.hint
+
+
 def test_another_failed_start_points_at_vllms_arguments():
     error = engine_start_error("OSError: model.safetensors is not a safetensors file", {})
     assert "engine.engine_kwargs are vLLM's engine arguments" in error.hint

@@ -41,7 +41,7 @@ def test_a_killed_server_restarted_finishes_its_batch_once_per_request(start_ser
     store = tmp_path / "store"
     first = start_server(store=store)
     client = first.client()
-    file = client.files.create(file=write_requests(Path("r.jsonl"), 1500).open("rb"),
+    file = client.files.create(file=write_requests(Path("r.jsonl"), 600).open("rb"),
                                purpose="batch")
     batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
                                   completion_window="24h")
@@ -54,9 +54,9 @@ def test_a_killed_server_restarted_finishes_its_batch_once_per_request(start_ser
     batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
 
     assert batch.status == "completed", batch.errors
-    assert (batch.request_counts.completed, batch.request_counts.failed) == (1500, 0)
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (600, 0)
     answered = custom_ids(client, batch.output_file_id)
-    assert len(answered) == len(set(answered)) == 1500
+    assert len(answered) == len(set(answered)) == 600
     # The run the killed server left behind was ended, not left to write beside the new one.
     rows = 0
     for part in (store / "batches" / batch.id / "run").glob("part-*.parquet"):
@@ -64,4 +64,4 @@ def test_a_killed_server_restarted_finishes_its_batch_once_per_request(start_ser
             rows += pq.read_metadata(part).num_rows
         except Exception:  # noqa: BLE001 - a file the killed run left without a footer
             continue
-    assert rows == 1500
+    assert rows == 600

@@ -93,6 +93,13 @@ def engine_start_error(reason: str, engine_kwargs: dict[str, Any]) -> EngineStar
         hint = (f"vLLM's engine process was killed (signal {killed['signal']}) while it "
                 f"started: by the machine's out-of-memory killer, or by hand. Give the "
                 f"worker more memory or a smaller engine.kv_cache_gib, then run again. {rerun}")
+    elif reason.rstrip().endswith("Failed core proc(s): {}"):
+        # vLLM saw its engine process end while starting but not how (it was killed
+        # before vLLM watched it): nothing in what it printed to change.
+        hint = ("vLLM's engine process ended while it started without saying why: killed "
+                "(the machine's out-of-memory killer, or by hand) or crashed. Ray's log "
+                f"holds the worker's full output; give the worker more memory, then run "
+                f"again. {rerun}")
     else:
         hint = (f"Change what vLLM names (engine.engine_kwargs are vLLM's engine "
                 f"arguments, engine.model its model); Ray's log holds the worker's full "
