@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from toolkit.run.input.openai_batch import (
+    CHAT_COMPLETIONS_URL,
     FileScan,
     batch_output_lines,
     refused_lines,
@@ -74,9 +75,11 @@ def write_batch_files(store: Store, batch_id: str, total: int) -> BatchResults:
 
 
 def write_refused_files(store: Store, batch_id: str, input_file: Path,
-                        served: Sequence[str], total: int) -> BatchResults:
+                        served: Sequence[str] | None, total: int,
+                        endpoint: str = CHAT_COMPLETIONS_URL) -> BatchResults:
     """The error file of a batch none of whose requests can run, from its input file."""
-    lines = refused_lines(scan_requests(str(input_file), served, FileScan()), int(time.time()))
+    lines = refused_lines(scan_requests(str(input_file), served, FileScan(),
+                                        endpoint=endpoint), int(time.time()))
     return _write_files(store, batch_id, total, lines)
 
 
