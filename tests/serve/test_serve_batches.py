@@ -170,6 +170,53 @@ def test_a_batch_none_of_whose_requests_can_run_completes_with_its_error_file_al
         ("a", 404), ("b", 400)]
 
 
+def test_an_embeddings_batch_is_answered_with_embeddings(server):
+    from openai.types import CreateEmbeddingResponse
+
+    client = server.client()
+    lines = [json.dumps({"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
+                         "body": {"model": "gpt-4o-mini", "input": f"text {i}"}})
+             for i in range(1, 4)]
+    lines.append(request("chat"))  # another endpoint: the batch's model can't answer it
+    file = client.files.create(file=("embed.jsonl", "\n".join(lines).encode()),
+                               purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/embeddings",
+                                  completion_window="24h")
+    assert batch.endpoint == "/v1/embeddings" and batch.model == "gpt-4o-mini"
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+
+    assert batch.status == "completed", batch.errors
+    output = jsonl(client.files.content(batch.output_file_id).text)
+    assert [line["custom_id"] for line in output] == ["e1", "e2", "e3"]
+    for line in output:
+        body = CreateEmbeddingResponse.model_validate(line["response"]["body"])
+        assert body.object == "list" and len(body.data[0].embedding) == 64
+    [error] = jsonl(client.files.content(batch.error_file_id).text)
+    assert error["custom_id"] == "chat" and error["response"]["status_code"] == 400
+    assert "this run answers /v1/embeddings" in error["response"]["body"]["error"]["message"]
+
+
+@pytest.mark.parametrize("metadata, code, message", [
+    ({f"k{i}": "v" for i in range(17)}, "object_above_max_properties",
+     "at most 16 properties, but got an object with 17"),
+    ({"k" * 65: "v"}, "string_above_max_length", "maximum length 64, but got one with length 65"),
+    ({"team": "v" * 513}, "string_above_max_length", "maximum length 512, but got a string"),
+])
+def test_metadata_beyond_openais_limits_is_refused(server, metadata, code, message):
+    client = server.client()
+    file = client.files.create(file=("m.jsonl", request("m").encode()), purpose="batch")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                              completion_window="24h", metadata=metadata)
+    assert refused.value.status_code == 400 and refused.value.param == "metadata"
+    assert refused.value.code == code and message in refused.value.message
+    at_the_limits = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h", metadata=at_the_limits)
+    assert batch.metadata == at_the_limits
+    client.batches.cancel(batch.id)
+
+
 def test_a_batch_is_split_so_its_request_counts_move_as_requests_finish():
     from toolkit.serve.batch_runs import partitions
 

@@ -106,7 +106,7 @@ def _write_files(store: Store, batch_id: str, total: int,
                 counts.completed += 1
                 tokens = line["response"]["body"]["usage"]
                 usage.input_tokens += tokens["prompt_tokens"]
-                usage.output_tokens += tokens["completion_tokens"]
+                usage.output_tokens += tokens.get("completion_tokens", 0)  # none: embeddings
             else:
                 errors.write(text)
                 counts.failed += 1
