@@ -135,11 +135,12 @@ class OpenAIBatchOptions(StrictModel):
                         "asked for. Empty: the model as engine.model names it.")
     argument_max_chars: int | None = Field(
         None, ge=1, description="Caps the strings (maxLength) and numbers (digits) that a "
-                                "function's parameters schema leaves unbounded, in the "
-                                "function calls answered for tool_choice: what the model may "
-                                "answer stays valid against the schema as given. --smoke sets "
-                                "16, as the random-weight model never ends a string. None: "
-                                "the schema as given.")
+                                "function's parameters schema leaves unbounded, and allows no "
+                                "whitespace between JSON tokens, in the function calls "
+                                "answered for tool_choice: what the model may answer stays "
+                                "valid against the schema as given. --smoke sets 16, as the "
+                                "random-weight model never ends a string. None: the schema "
+                                "as given.")
     endpoint: Literal["/v1/chat/completions", "/v1/embeddings"] | None = Field(
         None, description="The endpoint this run answers: /v1/chat/completions (engine.task "
                           "generate) or /v1/embeddings (engine.task embed). A run is one "
@@ -415,12 +416,12 @@ class ToolCall:
                 "properties": {"name": {"type": "string", "enum": [f["name"]]},
                                "parameters": _parameters(f)},
                 "required": ["name", "parameters"]} for f in functions]}
-        # Compact JSON: arguments are re-serialised anyway, and JSON whitespace allowed
-        # between every token lets a weak model fill max_tokens with it (llguidance reads
-        # this key; xgrammar, vLLM's default, passes over it).
-        self.schema = {**self.schema, "x-guidance": {"whitespace_flexible": False}}
         if argument_max_chars is not None:
-            self.schema = _bounded(self.schema, argument_max_chars)
+            # Compact JSON too (arguments are re-serialised anyway): whitespace allowed
+            # between every token lets a weak model fill max_tokens with it. llguidance
+            # reads this key; the schema a real model gets is the function's as given.
+            self.schema = {**_bounded(self.schema, argument_max_chars),
+                           "x-guidance": {"whitespace_flexible": False}}
         listed = "\n".join(
             f"- {f['name']}: {f.get('description') or ''} parameters: "
             f"{json.dumps(_parameters(f), ensure_ascii=False)}" for f in functions)
