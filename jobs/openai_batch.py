@@ -32,6 +32,7 @@ from toolkit.run.input.openai_batch import (
     EMBEDDING_COLUMN,
     EMBEDDINGS_URL,
     ENDPOINT_TASKS,
+    INPUT_INDEX_COLUMN,
     REQUEST_ERROR_COLUMN,
     TOOL_CALL_COLUMN,
     URL_COLUMN,
@@ -92,7 +93,8 @@ def preprocess(row: dict[str, Any], options: OpenAIBatchOptions) -> dict[str, An
         raise ValueError(row[REQUEST_ERROR_COLUMN])
     try:
         if row.get(URL_COLUMN) == EMBEDDINGS_URL:
-            return {PROMPT_COLUMN: embedding_request(row[BODY_COLUMN])}
+            texts = embedding_request(row[BODY_COLUMN])
+            return {PROMPT_COLUMN: texts[row.get(INPUT_INDEX_COLUMN) or 0]}
         messages, params = chat_request(row[BODY_COLUMN], options.argument_max_chars)
     except ValueError as exc:
         raise ValueError(f"line {row.get('line')}: {exc}") from None

@@ -123,12 +123,12 @@ def run_file(tmp: Path, lines: list[dict], *served: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def embeddings(tmp_path_factory) -> dict[str, dict]:
-    """vLLM's embeddings file, with a chat line, a two-text line and a /v1/score line."""
+    """vLLM's embeddings file, with a chat line, a three-text line and a /v1/score line."""
     lines = [*VLLM_EMBEDDING_LINES,
              {**VLLM_CHAT_LINES[0], "custom_id": "chat-in-embeddings",
               "body": {**VLLM_CHAT_LINES[0]["body"], "model": EMBEDDING_MODEL_NAME}},
-             {"custom_id": "two-texts", "method": "POST", "url": "/v1/embeddings",
-              "body": {"model": EMBEDDING_MODEL_NAME, "input": ["one", "two"]}},
+             {"custom_id": "three-texts", "method": "POST", "url": "/v1/embeddings",
+              "body": {"model": EMBEDDING_MODEL_NAME, "input": ["one", "two", "Hello world!"]}},
              {"custom_id": "score", "method": "POST", "url": "/v1/score",
               "body": {"model": EMBEDDING_MODEL_NAME, "queries": "q", "documents": ["d"]}}]
     return run_file(tmp_path_factory.mktemp("embeddings"), lines, EMBEDDING_MODEL_NAME)
@@ -163,15 +163,21 @@ def test_an_embeddings_file_is_answered_with_openais_embedding_bodies(embeddings
         assert len(item.embedding) == 64  # sample:tiny-encoder's hidden size
         assert body.usage.prompt_tokens == body.usage.total_tokens > 0
     vectors = [embeddings[f"request-{i}"]["response"]["body"]["data"][0]["embedding"]
-               for i in (1, 2)]
+               for i in (1, 2, 3)]
     assert vectors[0] != vectors[1]
+    # Several texts: one vector each, in input order (the third is request-3's text).
+    body = CreateEmbeddingResponse.model_validate(embeddings["three-texts"]["response"]["body"])
+    assert [item.index for item in body.data] == [0, 1, 2]
+    assert body.data[2].embedding == pytest.approx(vectors[2])
+    assert body.data[0].embedding != body.data[1].embedding
+    assert body.usage.prompt_tokens > embeddings["request-3"]["response"]["body"]["usage"][
+        "prompt_tokens"]
 
 
 def test_embeddings_lines_that_cant_run_carry_their_status(embeddings):
     assert_failed(embeddings["request-4"], 404, "The model `NonExistModel` does not exist.")
     assert_failed(embeddings["chat-in-embeddings"], 400, "/v1/chat/completions",
                   "this run answers /v1/embeddings")
-    assert_failed(embeddings["two-texts"], 400, "body.input holds 2 texts")
     assert_failed(embeddings["score"], 400, "url '/v1/score' is not supported")
 
 

@@ -12,6 +12,7 @@ from toolkit.run.input.openai_batch import (
     chat_request,
     embedding_request,
     parse_request_line,
+    text_rows,
     tool_call,
 )
 
@@ -199,16 +200,26 @@ def test_a_cap_on_arguments_bounds_only_what_the_schema_leaves_open():
 
 
 def test_an_embeddings_body_is_the_text_it_embeds():
-    assert embedding_request(json.dumps({"model": "m", "input": "Hi"})) == "Hi"
-    assert embedding_request(json.dumps({"input": ["Hi"], "encoding_format": "float"})) == "Hi"
+    assert embedding_request(json.dumps({"model": "m", "input": "Hi"})) == ["Hi"]
+    assert embedding_request(json.dumps({"input": ["Hi", "there"],
+                                         "encoding_format": "float"})) == ["Hi", "there"]
     for body, message in (
-            ({"input": ["a", "b"]}, "body.input holds 2 texts"),
+            ({"input": ["a"] * 2049}, "body.input holds 2,049 texts; at most 2,048"),
             ({"input": [1, 2, 3]}, "body.input: token arrays are not supported"),
-            ({"input": ""}, "body.input must be a non-empty string"),
+            ({"input": ""}, "body.input must be a non-empty string or a list of them"),
+            ({"input": ["a", ""]}, "body.input must be a non-empty string or a list of them"),
             ({"input": "a", "dimensions": 8}, "body.dimensions is not supported"),
             ({"input": "a", "encoding_format": "base64"}, "body.encoding_format 'base64'")):
         with pytest.raises(ValueError, match=message.replace(".", r"\.")):
             embedding_request(json.dumps(body))
+
+
+def test_an_embeddings_line_of_several_texts_is_a_row_per_text():
+    line = json.dumps({"custom_id": "e", "url": "/v1/embeddings",
+                       "body": {"model": "m", "input": ["a", "b", "c"]}})
+    rows = text_rows(parse_request_line(line, 2, ["m"], endpoint="/v1/embeddings"))
+    assert [(r["custom_id"], r["input_index"], r["input_count"]) for r in rows] == [
+        ("e[0]", 0, 3), ("e[1]", 1, 3), ("e[2]", 2, 3)]
 
 
 def test_an_embeddings_line_in_an_embeddings_run_is_a_row():
@@ -223,10 +234,11 @@ def test_an_embeddings_line_in_an_embeddings_run_is_a_row():
 
 def test_embedding_and_function_call_output_lines_have_openais_shape():
     vector = batch_output_line("e", None, None, 5, None, None, "emb", created=1,
-                               url="/v1/embeddings", embedding=[0.5, -0.25])
+                               url="/v1/embeddings", embeddings=[[0.5, -0.25], [1.0, 0.0]])
     assert vector["response"]["body"] == {
         "object": "list", "model": "emb",
-        "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]},
+                 {"object": "embedding", "index": 1, "embedding": [1.0, 0.0]}],
         "usage": {"prompt_tokens": 5, "total_tokens": 5}}
     call = batch_output_line("t", '{"city": "Oslo"}', "stop", 9, 6, None, "m", created=1,
                              url="/v1/chat/completions", tool_name="get_weather")

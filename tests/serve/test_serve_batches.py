@@ -175,8 +175,8 @@ def test_an_embeddings_batch_is_answered_with_embeddings(server):
 
     client = server.client()
     lines = [json.dumps({"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
-                         "body": {"model": "gpt-4o-mini", "input": f"text {i}"}})
-             for i in range(1, 4)]
+                         "body": {"model": "gpt-4o-mini", "input": [f"text {i}"] * i}})
+             for i in range(1, 4)]  # e3: three texts, three vectors
     lines.append(request("chat"))  # another endpoint: the batch's model can't answer it
     file = client.files.create(file=("embed.jsonl", "\n".join(lines).encode()),
                                purpose="batch")
@@ -188,9 +188,11 @@ def test_an_embeddings_batch_is_answered_with_embeddings(server):
     assert batch.status == "completed", batch.errors
     output = jsonl(client.files.content(batch.output_file_id).text)
     assert [line["custom_id"] for line in output] == ["e1", "e2", "e3"]
-    for line in output:
+    for i, line in enumerate(output, start=1):
         body = CreateEmbeddingResponse.model_validate(line["response"]["body"])
-        assert body.object == "list" and len(body.data[0].embedding) == 64
+        assert body.object == "list" and len(body.data) == i
+        assert {len(item.embedding) for item in body.data} == {64}
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (3, 1)
     [error] = jsonl(client.files.content(batch.error_file_id).text)
     assert error["custom_id"] == "chat" and error["response"]["status_code"] == 400
     assert "this run answers /v1/embeddings" in error["response"]["body"]["error"]["message"]

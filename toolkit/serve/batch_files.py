@@ -47,8 +47,11 @@ def live_counts(rows: OutputRows, total: int) -> RequestCounts:
     progress = rows.read()
     if progress is None:
         return RequestCounts(total=total)
-    return RequestCounts(total=total, completed=progress.rows_done - progress.error_rows,
-                         failed=progress.error_rows)
+    # An embeddings request of several texts is a row per text: rows can outnumber
+    # requests while the run goes (the finished files count requests exactly).
+    failed = min(progress.error_rows, total)
+    return RequestCounts(total=total, failed=failed,
+                         completed=min(progress.rows_done - progress.error_rows, total - failed))
 
 
 def result_file_id(batch_id: str, kind: str) -> str:

@@ -105,10 +105,19 @@ MODEL_COLUMN = "served_model"
 CONTENT_COLUMN = "content"
 TOOL_CALL_COLUMN = "tool_call"
 EMBEDDING_COLUMN = "embedding"
+#: An embeddings line with several texts is a row per text (each embedded as a row of
+#: its own, so either engine runs it): the text's index in ``input``, and the row id
+#: ``custom_id[index]``, and how many texts the line has. Null on every other row. The
+#: output file groups them back.
+INPUT_INDEX_COLUMN = "input_index"
+INPUT_COUNT_COLUMN = "input_count"
 REQUEST_COLUMNS: dict[str, str] = {
     ID_COLUMN: "string", LINE_COLUMN: "int64", URL_COLUMN: "string", BODY_COLUMN: "string",
     REQUEST_ERROR_COLUMN: "string", STATUS_COLUMN: "int64", MODEL_COLUMN: "string",
+    INPUT_INDEX_COLUMN: "int64", INPUT_COUNT_COLUMN: "int64",
 }
+#: Texts one embeddings request may hold (OpenAI's limit for ``input``).
+MAX_EMBEDDING_INPUTS = 2048
 
 #: Body fields that become sampling params (vLLM's names on the right).
 _SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
@@ -208,7 +217,7 @@ def _bad_line(line: int, custom_id: str, error: RequestError, url: Any = None,
     return {ID_COLUMN: custom_id, LINE_COLUMN: line,
             URL_COLUMN: url if isinstance(url, str) else None, BODY_COLUMN: None,
             REQUEST_ERROR_COLUMN: f"line {line}: {error}", STATUS_COLUMN: error.status,
-            MODEL_COLUMN: model}
+            MODEL_COLUMN: model, INPUT_INDEX_COLUMN: None, INPUT_COUNT_COLUMN: None}
 
 
 def parse_request_line(text: str, line: int, served: Sequence[str] | None = None,
@@ -281,7 +290,20 @@ def parse_request_line(text: str, line: int, served: Sequence[str] | None = None
     except RequestError as exc:
         return _bad_line(line, custom_id, exc, url, model)
     return {ID_COLUMN: custom_id, LINE_COLUMN: line, URL_COLUMN: url, BODY_COLUMN: body_text,
-            REQUEST_ERROR_COLUMN: None, STATUS_COLUMN: None, MODEL_COLUMN: model}
+            REQUEST_ERROR_COLUMN: None, STATUS_COLUMN: None, MODEL_COLUMN: model,
+            INPUT_INDEX_COLUMN: None, INPUT_COUNT_COLUMN: None}
+
+
+def text_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A request row as the rows that run it: itself, or for an embeddings line with
+    several texts one row per text (``custom_id[i]``, ``input_index`` i)."""
+    if row[REQUEST_ERROR_COLUMN] is not None or row[URL_COLUMN] != EMBEDDINGS_URL:
+        return [row]
+    texts = embedding_request(row[BODY_COLUMN])
+    if len(texts) == 1:
+        return [row]
+    return [{**row, ID_COLUMN: f"{row[ID_COLUMN]}[{i}]", INPUT_INDEX_COLUMN: i,
+             INPUT_COUNT_COLUMN: len(texts)} for i in range(len(texts))]
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
@@ -524,12 +546,13 @@ def tool_call(body: dict[str, Any], argument_max_chars: int | None = None) -> To
                        'or {"type": "function", "function": {"name": ...}}')
 
 
-def embedding_request(body_text: str) -> str:
-    """The text an embeddings body asks to embed (``input``: a string, or a list of one).
+def embedding_request(body_text: str) -> list[str]:
+    """The texts an embeddings body asks to embed (``input``: a string or a list of them),
+    in order: its answer's ``data[i]`` is ``input[i]``'s vector.
 
     Raises:
-        RequestError: naming the field: no text, token arrays or several texts (one
-            line is one row, embedded once), ``dimensions``, a non-float encoding.
+        RequestError: naming the field: no text, token arrays, more than 2,048 texts,
+            ``dimensions``, a non-float encoding.
     """
     body = json.loads(body_text)
     unknown = sorted(set(body) - set(_EMBEDDING_FIELDS))
@@ -541,17 +564,18 @@ def embedding_request(body_text: str) -> str:
         raise RequestError(f"body.encoding_format {body['encoding_format']!r} is not "
                            "supported; only float")
     value = body.get("input")
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
-        value = value[0]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        raise RequestError(f"body.input holds {len(value)} texts; this toolkit embeds one "
-                           "text per request line: give each text a line of its own")
-    if isinstance(value, list) and value and all(
-            isinstance(v, int) or isinstance(v, list) for v in value):
+    texts = [value] if isinstance(value, str) else value
+    if isinstance(texts, list) and texts and all(
+            isinstance(v, int) or isinstance(v, list) for v in texts):
         raise RequestError("body.input: token arrays are not supported; send the text")
-    if not isinstance(value, str) or not value.strip():
-        raise RequestError("body.input must be a non-empty string (the text to embed)")
-    return value
+    if not isinstance(texts, list) or not texts or not all(
+            isinstance(v, str) and v.strip() for v in texts):
+        raise RequestError("body.input must be a non-empty string or a list of them (the "
+                           "texts to embed)")
+    if len(texts) > MAX_EMBEDDING_INPUTS:
+        raise RequestError(f"body.input holds {len(texts):,} texts; at most "
+                           f"{MAX_EMBEDDING_INPUTS:,} a request")
+    return texts
 
 
 def _short_hash(*parts: Any) -> str:
@@ -595,7 +619,7 @@ def batch_output_line(
     created: int,
     error_status: int | None = None,
     url: str | None = None,
-    embedding: Sequence[float] | None = None,
+    embeddings: Sequence[Sequence[float] | None] = (),
     tool_name: str | None = None,
 ) -> dict[str, Any]:
     """One line of a Batch API output file for a written row.
@@ -611,8 +635,9 @@ def batch_output_line(
     Args:
         model: The served name the line asked for: its answer's ``model``.
         error_status: See :func:`line_error`.
-        url: The line's endpoint: ``/v1/embeddings`` answers ``embedding`` as an
-            embeddings ``list``; the rest a ``chat.completion``.
+        url: The line's endpoint: ``/v1/embeddings`` answers ``embeddings`` (a vector
+            per text of its ``input``) as an embeddings ``list``; the rest a
+            ``chat.completion``.
         tool_name: The function a chat answer calls (``content`` holds its arguments):
             answered as ``message.tool_calls[0]``, ``finish_reason: tool_calls``.
     """
@@ -630,8 +655,9 @@ def batch_output_line(
         return {"id": line_id, "custom_id": custom_id,
                 "response": {"status_code": 200, "request_id": request_id, "body": {
                     "object": "list",
-                    "data": [{"object": "embedding", "index": 0,
-                              "embedding": [float(x) for x in embedding or ()]}],
+                    "data": [{"object": "embedding", "index": i,
+                              "embedding": [float(x) for x in vector or ()]}
+                             for i, vector in enumerate(embeddings)],
                     "model": model,
                     "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}},
                 "error": None}
@@ -774,7 +800,7 @@ def scan_requests(source: str, served: Sequence[str] | None, scan: FileScan,
             continue
         scan.ids.add(str(row[ID_COLUMN]), number)
         scan.runnable += row[REQUEST_ERROR_COLUMN] is None
-        yield row
+        yield from text_rows(row)
 
 
 def refused_lines(rows: Iterator[dict[str, Any]], created: int) -> Iterator[dict[str, Any]]:
@@ -940,7 +966,8 @@ def _rows_in_order(run_dir: RunDirectory, file_format: str,
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    wanted = [ID_COLUMN, LINE_COLUMN, MODEL_COLUMN, URL_COLUMN, CONTENT_COLUMN,
+    wanted = [ID_COLUMN, LINE_COLUMN, MODEL_COLUMN, URL_COLUMN, INPUT_INDEX_COLUMN,
+              INPUT_COUNT_COLUMN, CONTENT_COLUMN,
               TOOL_CALL_COLUMN, EMBEDDING_COLUMN, "finish_reason", "num_input_tokens",
               "num_generated_tokens", STATUS_COLUMN, ERROR_COLUMN]
     if complete_files_only:
@@ -959,7 +986,11 @@ def _rows_in_order(run_dir: RunDirectory, file_format: str,
     else:
         dataset = run_dir.open_results(file_format)
         table = dataset.to_table(columns=[c for c in wanted if c in dataset.schema.names])
-    return table.sort_by(LINE_COLUMN) if LINE_COLUMN in table.column_names else table
+    if LINE_COLUMN not in table.column_names:
+        return table
+    return table.sort_by([(LINE_COLUMN, "ascending"), *(
+        [(INPUT_INDEX_COLUMN, "ascending")] if INPUT_INDEX_COLUMN in table.column_names
+        else [])])
 
 
 def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, created: int,
@@ -973,18 +1004,41 @@ def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, crea
             was stopped part-way, whose last file has no footer) instead of failing.
     """
     table = _rows_in_order(run_dir, file_format, complete_files_only)
+    for request in _requests(table):
+        row = request[0]
+        failed = next((r for r in request if r.get(ERROR_COLUMN) is not None), None)
+        custom_id = row[ID_COLUMN]
+        if row.get(INPUT_INDEX_COLUMN) is not None:  # custom_id[0]: one row per text
+            custom_id = custom_id[:-len(f"[{row[INPUT_INDEX_COLUMN]}]")]
+            if len(request) != row.get(INPUT_COUNT_COLUMN):
+                continue  # a stopped run wrote some of its texts: not answered yet
+        yield batch_output_line(
+            custom_id=custom_id, content=row.get(CONTENT_COLUMN),
+            finish_reason=row.get("finish_reason"),
+            prompt_tokens=sum(int(r.get("num_input_tokens") or 0) for r in request),
+            completion_tokens=row.get("num_generated_tokens"),
+            error=failed.get(ERROR_COLUMN) if failed else None,
+            model=row.get(MODEL_COLUMN) or model, created=created,
+            error_status=failed.get(STATUS_COLUMN) if failed else None,
+            url=row.get(URL_COLUMN),
+            embeddings=[r.get(EMBEDDING_COLUMN) for r in request],
+            tool_name=row.get(TOOL_CALL_COLUMN),
+        )
+
+
+def _requests(table: "pa.Table") -> Iterator[list[dict[str, Any]]]:
+    """The rows of ``table`` (in line order) a request at a time: one row, or the rows
+    of an embeddings line's texts."""
+    request: list[dict[str, Any]] = []
     for batch in table.to_batches(max_chunksize=1024):
         for row in batch.to_pylist():
-            yield batch_output_line(
-                custom_id=row[ID_COLUMN], content=row.get(CONTENT_COLUMN),
-                finish_reason=row.get("finish_reason"),
-                prompt_tokens=row.get("num_input_tokens"),
-                completion_tokens=row.get("num_generated_tokens"),
-                error=row.get(ERROR_COLUMN), model=row.get(MODEL_COLUMN) or model,
-                created=created, error_status=row.get(STATUS_COLUMN),
-                url=row.get(URL_COLUMN), embedding=row.get(EMBEDDING_COLUMN),
-                tool_name=row.get(TOOL_CALL_COLUMN),
-            )
+            if request and (row.get(INPUT_INDEX_COLUMN) is None
+                            or row.get(LINE_COLUMN) != request[0].get(LINE_COLUMN)):
+                yield request
+                request = []
+            request.append(row)
+    if request:
+        yield request
 
 
 def _write_lines(run_dir: RunDirectory, lines: Iterator[dict[str, Any]]) -> int:
