@@ -1,37 +1,89 @@
 """openai-batch: run an OpenAI Batch API request file and write the Batch API output file.
 
 Each request line (``{"custom_id", "method", "url", "body"}``) is a row keyed on its
-``custom_id``; ``body.messages`` are the row's chat messages and the body's sampling
-fields (``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``,
-``seed``, ``response_format``) override the spec's ``sampling`` for that row. The
-answer is the ``content`` column, and a finished run also writes
-``<output>/_batch_output.jsonl`` in the Batch API's output format. ``body.model``
-must be one of ``options.served_model_names`` (``--served-model-name``; by default
-``engine.model``), and is the answer's ``model``. Requests that can't run as given
-(another url, a model not served, a field the toolkit can't honour) are error rows
-named by their line, with the status they are answered with (``error_status``).
+``custom_id``. A run answers one endpoint (``options.endpoint``, by default the url of
+the file's first request) with one model: ``/v1/chat/completions`` on
+``engine.task: generate``, ``/v1/embeddings`` on ``engine.task: embed``; lines for the
+other are error lines (400) naming why. A chat line's ``body.messages`` are the row's
+chat messages and the body's sampling fields (``max_tokens`` /
+``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``response_format``)
+override the spec's ``sampling`` for that row; ``tools`` with ``tool_choice``
+``required`` or a named function are answered with a function call whose arguments
+the engine holds to the function's ``parameters`` schema. The answer is the ``content``
+column (``tool_call``: the function it calls), an embedding the ``embedding`` column,
+and a finished run also writes ``<output>/_batch_output.jsonl`` in the Batch API's
+output format. ``body.model`` must be one of ``options.served_model_names``
+(``--served-model-name``; by default ``engine.model``), and is the answer's
+``model``. Requests that can't run as given (another url, a model not served, a field
+the toolkit can't honour) are error rows named by their line, with the status they are
+answered with (``error_status``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from toolkit.run.input.openai_batch import (
     BODY_COLUMN,
+    CONTENT_COLUMN,
+    EMBEDDING_COLUMN,
+    EMBEDDINGS_URL,
+    ENDPOINT_TASKS,
+    INPUT_INDEX_COLUMN,
     REQUEST_ERROR_COLUMN,
+    TOOL_CALL_COLUMN,
     URL_COLUMN,
     OpenAIBatchOptions,
     chat_request,
+    embedding_request,
+    first_endpoint,
+    tool_call,
 )
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.row_contract import PROMPT_COLUMN
+
+#: What --smoke runs an endpoint on: the tiny model of its task.
+SMOKE_MODELS = {"generate": "sample:tiny-chat", "embed": "sample:tiny-encoder"}
+#: The random-weight model never ends a string it starts: under --smoke a function
+#: call's free strings and numbers are kept short, so the call is answered whole.
+SMOKE_ARGUMENT_CHARS = 16
 
 
 class OpenAIBatchSpec(JobSpec):
     options: OpenAIBatchOptions = Field(default_factory=OpenAIBatchOptions,
-                                        description="The served model names.")
+                                        description="The served model names and endpoint.")
+
+    @model_validator(mode="after")
+    def _endpoint_fits_task(self) -> "OpenAIBatchSpec":
+        endpoint = self.options.endpoint
+        if endpoint is not None and ENDPOINT_TASKS[endpoint] != self.engine.task:
+            raise ValueError(
+                f"options.endpoint {endpoint} is answered by engine.task "
+                f"{ENDPOINT_TASKS[endpoint]}, not {self.engine.task}: set engine.task "
+                f"{ENDPOINT_TASKS[endpoint]} (and a model for it), or leave engine.task out")
+        return self
+
+
+def endpoint_settings(data: dict[str, Any], smoke: bool) -> None:
+    """The endpoint a run answers and the task that answers it, before the spec is
+    validated: ``options.endpoint`` as given, else the url of the input's first request;
+    ``engine.task`` its task unless given; under ``--smoke`` the tiny model of that task."""
+    options = data.setdefault("options", {})
+    if not isinstance(options, dict):
+        return
+    endpoint = options.get("endpoint") or first_endpoint((data.get("data") or {}).get("input"))
+    task = ENDPOINT_TASKS.get(endpoint) if isinstance(endpoint, str) else None
+    engine = data.get("engine")
+    if task is None or not isinstance(engine, dict):
+        return
+    options["endpoint"] = endpoint
+    engine.setdefault("task", task)
+    if smoke and engine.get("model") in SMOKE_MODELS.values():
+        engine["model"] = SMOKE_MODELS.get(engine["task"], engine["model"])
 
 
 def preprocess(row: dict[str, Any], options: OpenAIBatchOptions) -> dict[str, Any]:
@@ -40,16 +92,34 @@ def preprocess(row: dict[str, Any], options: OpenAIBatchOptions) -> dict[str, An
     if row.get(REQUEST_ERROR_COLUMN):
         raise ValueError(row[REQUEST_ERROR_COLUMN])
     try:
-        messages, params = chat_request(row[BODY_COLUMN])
+        if row.get(URL_COLUMN) == EMBEDDINGS_URL:
+            texts = embedding_request(row[BODY_COLUMN])
+            return {PROMPT_COLUMN: texts[row.get(INPUT_INDEX_COLUMN) or 0]}
+        messages, params = chat_request(row[BODY_COLUMN], options.argument_max_chars)
     except ValueError as exc:
         raise ValueError(f"line {row.get('line')}: {exc}") from None
     return {"messages": messages, "sampling_params": params}
 
 
 def postprocess(row: dict[str, Any], options: OpenAIBatchOptions) -> dict[str, Any]:
-    """The answer as it came (not stripped). Why it stopped is the pipeline's
+    """The answer as it came (not stripped), or the function it calls and the call's
+    arguments; an embeddings line's vector. Why an answer stopped is the pipeline's
     ``finish_reason`` column, which the Batch API output file reads."""
-    return {"content": str(row["generated_text"])}
+    if row.get(URL_COLUMN) == EMBEDDINGS_URL:
+        vector = row.get(EMBEDDING_COLUMN)
+        return {EMBEDDING_COLUMN: None if vector is None else [float(x) for x in vector]}
+    text = str(row["generated_text"])
+    call = tool_call(json.loads(row[BODY_COLUMN]), options.argument_max_chars)
+    if call is None:
+        return {CONTENT_COLUMN: text, TOOL_CALL_COLUMN: None}
+    name, arguments = call.answer(text)  # a cut-off answer is refused: not valid JSON
+    return {CONTENT_COLUMN: arguments, TOOL_CALL_COLUMN: name}
+
+
+def result_columns(options: OpenAIBatchOptions) -> dict[str, str]:
+    if options.endpoint == EMBEDDINGS_URL:
+        return {EMBEDDING_COLUMN: "list<float>"}
+    return {CONTENT_COLUMN: "string", TOOL_CALL_COLUMN: "string"}
 
 
 JOB = JobDefinition(
@@ -59,7 +129,9 @@ JOB = JobDefinition(
     preprocess=preprocess,  # each request's response_format is its own structured output
     postprocess=postprocess,
     required_columns=lambda options: [BODY_COLUMN, REQUEST_ERROR_COLUMN],
-    result_columns=lambda options: {"content": "string"},
-    drop_columns=lambda options: [BODY_COLUMN, URL_COLUMN, REQUEST_ERROR_COLUMN],
-    smoke_overrides={"engine.model": "sample:tiny-chat"},
+    result_columns=result_columns,
+    drop_columns=lambda options: [BODY_COLUMN, REQUEST_ERROR_COLUMN],
+    smoke_overrides={"engine.model": SMOKE_MODELS["generate"],
+                     "options.argument_max_chars": SMOKE_ARGUMENT_CHARS},
+    complete_spec=endpoint_settings,
 )

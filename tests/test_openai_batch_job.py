@@ -131,8 +131,10 @@ def test_a_batch_file_in_gives_the_batch_api_output_file_out():
                                   line["response"]["body"]["error"]) for line in lines
               if line["error"]}
     assert failed == {
-        "req-3": (400, {"message": "line 3: url '/v1/embeddings' is not supported; only "
-                                   "/v1/chat/completions (chat completions)",
+        "req-3": (400, {"message": "line 3: url '/v1/embeddings' needs a model for "
+                                   "engine.task embed; this run answers /v1/chat/completions "
+                                   "(engine.task generate) with one model. Run the "
+                                   "/v1/embeddings lines as a file (or batch) of their own",
                         "type": "invalid_request_error", "param": "url",
                         "code": "invalid_request"}),
         "req-5": (404, {"message": "line 5: The model `gpt-5` does not exist.",

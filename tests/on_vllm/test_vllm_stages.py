@@ -3,6 +3,7 @@ killed driver resuming on vLLM: on vLLM's CPU backend, through the CLI."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -82,3 +83,40 @@ def test_a_killed_driver_resumes_on_vllm_with_every_row_once(tmp_path):
     assert "Resumed:" in result.stdout
     ids = pq.read_table(out, columns=["Index"])["Index"].to_pylist()
     assert sorted(int(i) for i in ids) == list(range(1, 301))
+
+
+def test_openai_batch_embeddings_and_tool_calls_on_vllm(tmp_path):
+    """An /v1/embeddings file on vLLM's pooling, and a required tool call held to its
+    function's schema by vLLM's structured outputs (not run by the author: written
+    without a vLLM to hand; the same files pass on transformers in
+    tests/test_openai_batch_conformance.py)."""
+    embeddings = tmp_path / "embeddings.jsonl"
+    embeddings.write_text("".join(json.dumps({
+        "custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
+        "body": {"model": "emb", "input": f"text number {i}"}}) + "\n" for i in range(3)))
+    succeeded(toolkit_run("openai-batch", "--smoke", "--engine", "vllm", "--accelerator",
+                          "none", "--input", str(embeddings), "--output",
+                          str(tmp_path / "emb"), "--served-model-name", "emb"))
+    for text in (tmp_path / "emb" / "_batch_output.jsonl").read_text().splitlines():
+        body = json.loads(text)["response"]["body"]
+        assert body["object"] == "list" and len(body["data"][0]["embedding"]) == 64
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"},
+                                         "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]}}}
+    tools = tmp_path / "tools.jsonl"
+    tools.write_text(json.dumps({
+        "custom_id": "t1", "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": "any", "max_tokens": 64, "tools": [weather],
+                 "tool_choice": "required",
+                 "messages": [{"role": "user", "content": "Weather in Oslo?"}]}}) + "\n")
+    succeeded(toolkit_run("openai-batch", "--smoke", "--engine", "vllm", "--accelerator",
+                          "none", "--input", str(tools), "--output", str(tmp_path / "tools"),
+                          "--served-model-name", "any"))
+    [line] = (tmp_path / "tools" / "_batch_output.jsonl").read_text().splitlines()
+    [choice] = json.loads(line)["response"]["body"]["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert set(json.loads(call["function"]["arguments"])) >= {"city", "unit"}

@@ -10,7 +10,10 @@ from toolkit.run.input.openai_batch import (
     UnusableLine,
     batch_output_line,
     chat_request,
+    embedding_request,
     parse_request_line,
+    text_rows,
+    tool_call,
 )
 
 
@@ -39,8 +42,12 @@ def test_a_line_that_cant_be_matched_to_an_answer_is_refused_naming_it(text, mes
 
 
 @pytest.mark.parametrize("text, status, message", [
+    (request(url="/v1/audio/speech"), 400,
+     "line 3: url '/v1/audio/speech' is not supported; only /v1/chat/completions and "
+     "/v1/embeddings"),
     (request(url="/v1/embeddings"), 400,
-     "line 3: url '/v1/embeddings' is not supported; only /v1/chat/completions"),
+     "line 3: url '/v1/embeddings' needs a model for engine.task embed; this run answers "
+     "/v1/chat/completions"),
     (request(n=2), 400, "line 3: body.n 2: one answer per request only"),
     (request(model="gpt-5"), 404, "line 3: The model `gpt-5` does not exist."),
 ])
@@ -82,7 +89,17 @@ def test_unset_fields_leave_the_specs_values():
 
 
 @pytest.mark.parametrize("body, message", [
-    ({"tools": [], "stop": ["\n"]}, "body.stop is not supported by this toolkit (nor tools)"),
+    ({"logit_bias": {}, "stop": ["\n"]},
+     "body.logit_bias is not supported by this toolkit (nor stop)"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
+     "body.tool_choice 'auto' (the default with tools) is not supported"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]},
+     "body.tool_choice 'auto' (the default with tools) is not supported"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}},
+     "body.tool_choice names the function 'g', which is not in body.tools"),
+    ({"tools": [{"type": "code_interpreter"}], "tool_choice": "required"},
+     "body.tools[0] must be"),
     ({"n": 2}, "body.n 2: one answer per request only"),
     ({"temperature": 5}, "body.temperature must be between 0 and 2, not 5"),
     ({"max_tokens": "ten"}, "body.max_tokens must be a whole number, not 'ten'"),
@@ -131,3 +148,103 @@ def test_a_failed_line_carries_its_status_and_error_as_openais_error_file(
     assert body_error["message"] == error.removeprefix("preprocess: ")
     assert response["request_id"]
     assert line["error"] == {"code": expected[3], "message": error}  # vLLM's field
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {
+        "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}
+
+
+def test_a_named_function_holds_the_answer_to_its_parameters_schema():
+    body = {"messages": [{"role": "user", "content": "Weather in Oslo?"}],
+            "tools": [WEATHER, CLOCK],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    messages, params = chat_request(json.dumps(body))
+    schema = json.loads(params["structured_outputs"]["json"])
+    assert schema["properties"] == {"city": {"type": "string"}}
+    assert schema["required"] == ["city"]
+    assert messages[0]["role"] == "system" and "get_weather" in messages[0]["content"]
+    assert messages[1:] == body["messages"]
+    call = tool_call(body)
+    assert call.answer('{ "city" : "Oslo" }') == ("get_weather", '{"city": "Oslo"}')
+
+
+def test_required_with_several_functions_answers_one_of_them_by_name():
+    body = {"messages": [{"role": "user", "content": "x"}], "tools": [WEATHER, CLOCK],
+            "tool_choice": "required"}
+    call = tool_call(body)
+    names = [option["properties"]["name"]["enum"] for option in call.schema["anyOf"]]
+    assert names == [["get_weather"], ["get_time"]]
+    assert call.answer('{"name": "get_time", "parameters": {"zone": "CET"}}') == (
+        "get_time", '{"zone": "CET"}')
+    with pytest.raises(ValueError, match="names none of the request's functions"):
+        call.answer('{"name": "other", "parameters": {}}')
+
+
+def test_tool_choice_none_is_a_plain_answer():
+    body = {"messages": [{"role": "user", "content": "x"}], "tools": [WEATHER],
+            "tool_choice": "none"}
+    assert tool_call(body) is None
+    assert chat_request(json.dumps(body))[1]["structured_outputs"] is None
+
+
+def test_a_cap_on_arguments_bounds_only_what_the_schema_leaves_open():
+    call = tool_call({"tools": [WEATHER, CLOCK], "tool_choice": "required"}, 16)
+    weather, clock = (option["properties"]["parameters"] for option in call.schema["anyOf"])
+    assert weather["properties"]["city"] == {"type": "string", "maxLength": 16}
+    assert clock["properties"]["zone"] == {"enum": ["UTC", "CET"]}
+
+
+def test_an_embeddings_body_is_the_text_it_embeds():
+    assert embedding_request(json.dumps({"model": "m", "input": "Hi"})) == ["Hi"]
+    assert embedding_request(json.dumps({"input": ["Hi", "there"],
+                                         "encoding_format": "float"})) == ["Hi", "there"]
+    for body, message in (
+            ({"input": ["a"] * 2049}, "body.input holds 2,049 texts; at most 2,048"),
+            ({"input": [1, 2, 3]}, "body.input: token arrays are not supported"),
+            ({"input": ""}, "body.input must be a non-empty string or a list of them"),
+            ({"input": ["a", ""]}, "body.input must be a non-empty string or a list of them"),
+            ({"input": "a", "dimensions": 8}, "body.dimensions is not supported"),
+            ({"input": "a", "encoding_format": "base64"}, "body.encoding_format 'base64'")):
+        with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+            embedding_request(json.dumps(body))
+
+
+def test_an_embeddings_line_of_several_texts_is_a_row_per_text():
+    line = json.dumps({"custom_id": "e", "url": "/v1/embeddings",
+                       "body": {"model": "m", "input": ["a", "b", "c"]}})
+    rows = text_rows(parse_request_line(line, 2, ["m"], endpoint="/v1/embeddings"))
+    assert [(r["custom_id"], r["input_index"], r["input_count"]) for r in rows] == [
+        ("e[0]", 0, 3), ("e[1]", 1, 3), ("e[2]", 2, 3)]
+
+
+def test_an_embeddings_line_in_an_embeddings_run_is_a_row():
+    line = json.dumps({"custom_id": "e", "url": "/v1/embeddings",
+                       "body": {"model": "m", "input": "Hi"}})
+    row = parse_request_line(line, 2, ["m"], endpoint="/v1/embeddings")
+    assert row["request_error"] is None and row["url"] == "/v1/embeddings"
+    chat = parse_request_line(request(model="m"), 3, ["m"], endpoint="/v1/embeddings")
+    assert chat["error_status"] == 400 and "this run answers /v1/embeddings" in (
+        chat["request_error"])
+
+
+def test_embedding_and_function_call_output_lines_have_openais_shape():
+    vector = batch_output_line("e", None, None, 5, None, None, "emb", created=1,
+                               url="/v1/embeddings", embeddings=[[0.5, -0.25], [1.0, 0.0]])
+    assert vector["response"]["body"] == {
+        "object": "list", "model": "emb",
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]},
+                 {"object": "embedding", "index": 1, "embedding": [1.0, 0.0]}],
+        "usage": {"prompt_tokens": 5, "total_tokens": 5}}
+    call = batch_output_line("t", '{"city": "Oslo"}', "stop", 9, 6, None, "m", created=1,
+                             url="/v1/chat/completions", tool_name="get_weather")
+    [choice] = call["response"]["body"]["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    [made] = choice["message"]["tool_calls"]
+    assert made["type"] == "function" and made["id"].startswith("call_")
+    assert made["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}

@@ -97,7 +97,7 @@ def test_bad_requests_get_openai_errors(server):
     assert wrong_purpose.value.param == "purpose"
     file = client.files.create(file=("x.jsonl", b"{}\n"), purpose="batch")
     with pytest.raises(openai.BadRequestError) as wrong_endpoint:
-        client.batches.create(input_file_id=file.id, endpoint="/v1/embeddings",
+        client.batches.create(input_file_id=file.id, endpoint="/v1/completions",
                               completion_window="24h")
     assert wrong_endpoint.value.param == "endpoint"
     empty = client.files.create(file=("empty.jsonl", b"\n"), purpose="batch")
@@ -168,6 +168,55 @@ def test_a_batch_none_of_whose_requests_can_run_completes_with_its_error_file_al
     errors = jsonl(client.files.content(batch.error_file_id).text)
     assert [(e["custom_id"], e["response"]["status_code"]) for e in errors] == [
         ("a", 404), ("b", 400)]
+
+
+def test_an_embeddings_batch_is_answered_with_embeddings(server):
+    from openai.types import CreateEmbeddingResponse
+
+    client = server.client()
+    lines = [json.dumps({"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
+                         "body": {"model": "gpt-4o-mini", "input": [f"text {i}"] * i}})
+             for i in range(1, 4)]  # e3: three texts, three vectors
+    lines.append(request("chat"))  # another endpoint: the batch's model can't answer it
+    file = client.files.create(file=("embed.jsonl", "\n".join(lines).encode()),
+                               purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/embeddings",
+                                  completion_window="24h")
+    assert batch.endpoint == "/v1/embeddings" and batch.model == "gpt-4o-mini"
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+
+    assert batch.status == "completed", batch.errors
+    output = jsonl(client.files.content(batch.output_file_id).text)
+    assert [line["custom_id"] for line in output] == ["e1", "e2", "e3"]
+    for i, line in enumerate(output, start=1):
+        body = CreateEmbeddingResponse.model_validate(line["response"]["body"])
+        assert body.object == "list" and len(body.data) == i
+        assert {len(item.embedding) for item in body.data} == {64}
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (3, 1)
+    [error] = jsonl(client.files.content(batch.error_file_id).text)
+    assert error["custom_id"] == "chat" and error["response"]["status_code"] == 400
+    assert "this run answers /v1/embeddings" in error["response"]["body"]["error"]["message"]
+
+
+@pytest.mark.parametrize("metadata, code, message", [
+    ({f"k{i}": "v" for i in range(17)}, "object_above_max_properties",
+     "at most 16 properties, but got an object with 17"),
+    ({"k" * 65: "v"}, "string_above_max_length", "maximum length 64, but got one with length 65"),
+    ({"team": "v" * 513}, "string_above_max_length", "maximum length 512, but got a string"),
+])
+def test_metadata_beyond_openais_limits_is_refused(server, metadata, code, message):
+    client = server.client()
+    file = client.files.create(file=("m.jsonl", request("m").encode()), purpose="batch")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                              completion_window="24h", metadata=metadata)
+    assert refused.value.status_code == 400 and refused.value.param == "metadata"
+    assert refused.value.code == code and message in refused.value.message
+    at_the_limits = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h", metadata=at_the_limits)
+    assert batch.metadata == at_the_limits
+    client.batches.cancel(batch.id)
 
 
 def test_a_batch_is_split_so_its_request_counts_move_as_requests_finish():

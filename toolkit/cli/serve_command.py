@@ -57,10 +57,11 @@ def serve_command(store: Path | None, host: str, port: int, max_running: int,
       batch = client.batches.retrieve(batch.id)   # until batch.status == "completed"
       print(client.files.content(batch.output_file_id).text)
 
-    Requests that can't run as given (a model not served, a field the toolkit
-    can't honour) go to the batch's error file, naming their line; a line that
-    is no request with a custom_id fails the batch. completion_window is not
-    enforced.
+    Batches of /v1/chat/completions (function calls included) and of
+    /v1/embeddings (run on the embed task) are answered. Requests that can't run
+    as given (a model not served, a field the toolkit can't honour, another
+    endpoint) go to the batch's error file, naming their line; a line that is no
+    request with a custom_id fails the batch. completion_window is not enforced.
     """
     from toolkit.serve.batch_runs import API_KEY_ENV, RunFlags
     from toolkit.serve.server import ServeConfig, default_store, serve

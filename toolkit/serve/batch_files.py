@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from toolkit.run.input.openai_batch import (
+    CHAT_COMPLETIONS_URL,
     FileScan,
     batch_output_lines,
     refused_lines,
@@ -46,8 +47,11 @@ def live_counts(rows: OutputRows, total: int) -> RequestCounts:
     progress = rows.read()
     if progress is None:
         return RequestCounts(total=total)
-    return RequestCounts(total=total, completed=progress.rows_done - progress.error_rows,
-                         failed=progress.error_rows)
+    # An embeddings request of several texts is a row per text: rows can outnumber
+    # requests while the run goes (the finished files count requests exactly).
+    failed = min(progress.error_rows, total)
+    return RequestCounts(total=total, failed=failed,
+                         completed=min(progress.rows_done - progress.error_rows, total - failed))
 
 
 def result_file_id(batch_id: str, kind: str) -> str:
@@ -74,9 +78,11 @@ def write_batch_files(store: Store, batch_id: str, total: int) -> BatchResults:
 
 
 def write_refused_files(store: Store, batch_id: str, input_file: Path,
-                        served: Sequence[str], total: int) -> BatchResults:
+                        served: Sequence[str] | None, total: int,
+                        endpoint: str = CHAT_COMPLETIONS_URL) -> BatchResults:
     """The error file of a batch none of whose requests can run, from its input file."""
-    lines = refused_lines(scan_requests(str(input_file), served, FileScan()), int(time.time()))
+    lines = refused_lines(scan_requests(str(input_file), served, FileScan(),
+                                        endpoint=endpoint), int(time.time()))
     return _write_files(store, batch_id, total, lines)
 
 
@@ -103,7 +109,7 @@ def _write_files(store: Store, batch_id: str, total: int,
                 counts.completed += 1
                 tokens = line["response"]["body"]["usage"]
                 usage.input_tokens += tokens["prompt_tokens"]
-                usage.output_tokens += tokens["completion_tokens"]
+                usage.output_tokens += tokens.get("completion_tokens", 0)  # none: embeddings
             else:
                 errors.write(text)
                 counts.failed += 1

@@ -82,14 +82,18 @@ def partitions(requests: int) -> int:
 
 
 def run_command(input_file: Path, run_dir: Path, flags: RunFlags,
-                requests: int | None = None) -> list[str]:
+                requests: int | None = None, endpoint: str | None = None) -> list[str]:
     """The child's command line: this Python's ``toolkit run openai-batch``.
 
     Args:
         requests: The batch's requests, to split them into :func:`partitions` (a
             ``--set data.partitions=N`` of the server's flags still wins).
+        endpoint: The batch's endpoint, which the run answers (its other lines are
+            error lines).
     """
     split = ["--partitions", str(partitions(requests))] if requests else []
+    if endpoint is not None:
+        split += ["--set", f"options.endpoint={endpoint}"]
     # As OpenAI's Batch API, a batch runs every line: failed lines go to its error
     # file instead of stopping it early.
     return [sys.executable, "-m", "toolkit.cli.main", "run", "openai-batch",
@@ -98,13 +102,14 @@ def run_command(input_file: Path, run_dir: Path, flags: RunFlags,
 
 
 def start_run(input_file: Path, run_dir: Path, log_file: Path, flags: RunFlags,
-              requests: int | None = None) -> subprocess.Popen[bytes]:
+              requests: int | None = None,
+              endpoint: str | None = None) -> subprocess.Popen[bytes]:
     """Start the run in a new session (its own process group, away from the server's
     terminal: a Ctrl-C meant for the server doesn't stop the batches). The server's API
     key stays with the server: a run has no use for it."""
     env = {name: value for name, value in os.environ.items() if name != API_KEY_ENV}
     with open(log_file, "ab") as log:
-        return subprocess.Popen(run_command(input_file, run_dir, flags, requests),
+        return subprocess.Popen(run_command(input_file, run_dir, flags, requests, endpoint),
                                 cwd=run_dir.parent,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)

@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from toolkit.run.input.openai_batch import (
+    CHAT_COMPLETIONS_URL,
     FileScan,
     request_lines,
     scan_requests,
@@ -42,7 +43,8 @@ class InputCheck(BaseModel):
     errors: list[BatchError]
 
 
-def check_input_file(path: Path, served: Sequence[str] | None = None) -> InputCheck:
+def check_input_file(path: Path, served: Sequence[str] | None = None,
+                     endpoint: str = CHAT_COMPLETIONS_URL) -> InputCheck:
     """The requests in the file at ``path`` and why it can't be run (no errors: it can).
 
     Args:
@@ -53,7 +55,7 @@ def check_input_file(path: Path, served: Sequence[str] | None = None) -> InputCh
         InputDataError: the file can't be read (it was deleted meanwhile).
     """
     scan = FileScan()
-    for _ in scan_requests(str(path), served, scan, limit=MAX_REQUESTS):
+    for _ in scan_requests(str(path), served, scan, limit=MAX_REQUESTS, endpoint=endpoint):
         pass
     requests = scan.requests
     if requests >= MAX_REQUESTS:  # past the limit the batch fails anyway: only count

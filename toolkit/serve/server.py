@@ -36,11 +36,12 @@ def default_store() -> Path:
     return cache_dir() / STORE_FOLDER
 
 
-def served_names(flags: RunFlags) -> list[str]:
+def served_names(flags: RunFlags, endpoint: str | None = None) -> list[str]:
     """The names a request's ``body.model`` may give (the batches' ``model`` first), from
     the openai-batch job and the flags: ``--served-model-name``s, else the model as
-    ``--model`` (or the spec) names it. Checks the flags as ``toolkit run`` would, so a
-    typo fails now, not at the first batch.
+    ``--model`` (or the spec) names it, for a batch of ``endpoint`` (None: the spec's
+    own). Checks the flags as ``toolkit run`` would, so a typo fails now, not at the
+    first batch.
 
     Raises:
         ToolkitError: a flag or spec file that ``toolkit run`` would refuse.
@@ -55,6 +56,8 @@ def served_names(flags: RunFlags) -> list[str]:
         ("engine.accelerator_type", flags.accelerator)) if value is not None}
     if flags.served_model_names:
         overrides["options.served_model_names"] = list(flags.served_model_names)
+    if endpoint is not None:
+        overrides["options.endpoint"] = endpoint
     spec = load_job_spec(load_job("openai-batch"), spec_file=Path(flags.spec_file)
                          if flags.spec_file else None, overrides=overrides,
                          sets=tuple(flags.sets), smoke=flags.smoke)
@@ -82,14 +85,22 @@ def serve(config: ServeConfig, on_ready: Callable[[str], None] | None = None) ->
                         hint="pip install 'batch-llm-toolkit[serve]'")
     import uvicorn
 
+    from toolkit.errors import ToolkitError
+    from toolkit.run.input.openai_batch import ENDPOINT_TASKS
     from toolkit.serve.app import create_app
     from toolkit.serve.store import Store
     from toolkit.serve.supervisor import Supervisor
 
     served = served_names(config.flags)
     model = served[0]
+    by_endpoint: dict[str, list[str] | str] = {}
+    for endpoint in ENDPOINT_TASKS:
+        try:
+            by_endpoint[endpoint] = served_names(config.flags, endpoint)
+        except ToolkitError as exc:  # e.g. an engine that can't embed: its batches are refused
+            by_endpoint[endpoint] = str(exc)
     store = Store(config.store)
-    supervisor = Supervisor(store, config.flags, served, max_running=config.max_running)
+    supervisor = Supervisor(store, config.flags, by_endpoint, max_running=config.max_running)
     supervisor.recover()
     stop = threading.Event()
     watcher = threading.Thread(target=supervisor.run_until, args=(stop,), daemon=True,

@@ -40,7 +40,6 @@ from toolkit.serve.openai_objects import (
 from toolkit.serve.server_paths import without_server_paths
 from toolkit.serve.store import BATCH_PREFIX, FILE_PREFIX, RunRecord, Store, is_issued_id, new_id
 
-CHAT_COMPLETIONS = "/v1/chat/completions"
 COMPLETION_WINDOW = "24h"
 #: How long a cancelled run has to stop after Ctrl-C before its group is killed.
 INTERRUPT_GRACE_S = 60.0
@@ -49,12 +48,13 @@ INTERRUPT_GRACE_S = 60.0
 class Supervisor:
     """Starts, watches, cancels and finishes batch runs; shares the store with the API."""
 
-    def __init__(self, store: Store, flags: batch_runs.RunFlags, served: list[str],
+    def __init__(self, store: Store, flags: batch_runs.RunFlags,
+                 served: dict[str, list[str] | str],
                  max_running: int = 1, clock: Callable[[], float] = time.time) -> None:
-        """``served``: the names a request's ``body.model`` may give, the batches' model
-        first (see :func:`~toolkit.serve.server.served_names`)."""
+        """``served``: for each endpoint, the names a request's ``body.model`` may give,
+        the batches' model first (see :func:`~toolkit.serve.server.served_names`), or
+        why this server can't answer that endpoint."""
         self.store, self.flags, self.served = store, flags, served
-        self.model = served[0]
         self.max_running = max_running
         self.clock = clock
         self._children: dict[str, subprocess.Popen[bytes]] = {}
@@ -79,9 +79,15 @@ class Supervisor:
                 an unknown or non-batch file (deleted meanwhile included), or one with
                 no requests.
         """
-        if endpoint != CHAT_COMPLETIONS:
+        served = self.served.get(endpoint)
+        if served is None:
             raise BadRequest(f"endpoint '{endpoint}' is not supported here; only "
-                             f"{CHAT_COMPLETIONS}.", code="invalid_value", param="endpoint")
+                             f"{', '.join(self.served)}.", code="invalid_value",
+                             param="endpoint")
+        if isinstance(served, str):
+            raise BadRequest(f"endpoint '{endpoint}' can't be answered with this server's "
+                             f"model and engine: {served}", code="invalid_value",
+                             param="endpoint")
         if completion_window != COMPLETION_WINDOW:
             raise BadRequest(f"completion_window must be '{COMPLETION_WINDOW}'.",
                              code="invalid_value", param="completion_window")
@@ -97,7 +103,7 @@ class Supervisor:
                              "needs a file uploaded with purpose 'batch'.",
                              code="invalid_value", param="input_file_id")
         try:
-            check = check_input_file(self.store.file_path(input_file_id), self.served)
+            check = check_input_file(self.store.file_path(input_file_id), served, endpoint)
         except InputDataError:  # deleted since get_file; its message names the store's path
             raise no_file from None
         if check.requests == 0:
@@ -107,7 +113,7 @@ class Supervisor:
         # expires_at stays null: a batch here runs until it finishes, it never expires.
         batch = Batch(id=new_id(BATCH_PREFIX), endpoint=endpoint, input_file_id=input_file_id,
                       completion_window=completion_window, status="validating",
-                      created_at=now, model=self.model,
+                      created_at=now, model=served[0],
                       request_counts=RequestCounts(total=check.requests), metadata=metadata)
         run = RunRecord(rejected=check.errors,
                         nothing_to_run=not check.errors and check.runnable == 0)
@@ -221,11 +227,15 @@ class Supervisor:
                 batch_runs.kill(child.pid)
         return 1
 
+    def _served(self, endpoint: str) -> list[str] | None:
+        served = self.served.get(endpoint)
+        return served if isinstance(served, list) else None
+
     def _start(self, batch: Batch) -> None:
         batch_dir = self.store.batch_dir(batch.id)
         child = batch_runs.start_run(self.store.file_path(batch.input_file_id),
                                      self.store.run_dir(batch.id), batch_dir / "run.log",
-                                     self.flags, batch.request_counts.total)
+                                     self.flags, batch.request_counts.total, batch.endpoint)
         self._children[batch.id] = child
         batch.status = "in_progress"
         batch.in_progress_at = batch.in_progress_at or self._now()
@@ -250,7 +260,8 @@ class Supervisor:
         if run.nothing_to_run:
             results = write_refused_files(self.store, batch.id,
                                           self.store.file_path(batch.input_file_id),
-                                          self.served, total)
+                                          self._served(batch.endpoint), total,
+                                          batch.endpoint)
         else:
             results = write_batch_files(self.store, batch.id, total)
         counts = results.request_counts

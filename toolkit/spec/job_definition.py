@@ -65,6 +65,10 @@ class JobDefinition(Generic[OptionsT]):
         summary_columns / summarize: job-specific figures for the run summary
             (e.g. accuracy), computed from just these columns of the output.
         options_of: Picks the hooks' options out of a validated spec.
+        complete_spec: ``(layered spec data, smoke) -> None``, called just before the
+            spec is validated, to fill in what the job's input decides (the
+            openai-batch job: the endpoint its file is for, the task that answers
+            it and, under ``--smoke``, that task's tiny model); None: nothing.
         source_dir: The folder of the user's job file (None for a built-in or a
             module): the classes a spec names for ``engine.kind: python`` may come
             from code in it, as from the folder the command runs from (see
@@ -82,6 +86,7 @@ class JobDefinition(Generic[OptionsT]):
     summarize: Callable[[Any], dict[str, int | float]] | None
     options_of: Callable[[JobSpec], OptionsT]
     source_dir: Path | None
+    complete_spec: Callable[[dict[str, Any], bool], None] | None
 
     def __init__(
         self,
@@ -97,6 +102,7 @@ class JobDefinition(Generic[OptionsT]):
         summarize: Callable[[Any], dict[str, int | float]] | None = None,
         options_of: Callable[[JobSpec], OptionsT] = spec_options,
         source_dir: Path | None = None,
+        complete_spec: Callable[[dict[str, Any], bool], None] | None = None,
         preprocess: Callable[[dict[str, Any], OptionsT], dict[str, Any]] | None = None,
         postprocess: Callable[[dict[str, Any], OptionsT], dict[str, Any]] | None = None,
         result_columns: Callable[[OptionsT], dict[str, str]] | None = None,
@@ -130,7 +136,7 @@ class JobDefinition(Generic[OptionsT]):
                 ("smoke_overrides", dict(smoke_overrides or {})),
                 ("drop_columns", drop_columns), ("summary_columns", tuple(summary_columns)),
                 ("summarize", summarize), ("options_of", options_of),
-                ("source_dir", source_dir)):
+                ("source_dir", source_dir), ("complete_spec", complete_spec)):
             object.__setattr__(self, attribute, value)
 
     @property

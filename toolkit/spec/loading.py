@@ -280,6 +280,8 @@ def load_job_spec(
     for expression in sets:
         set_dotted(data, *parse_set_expression(expression))
     data["job"] = job.name
+    if job.complete_spec is not None:
+        job.complete_spec(data, smoke)
     if overrides or sets:
         sources.append("flags")
     spec = validate_spec(job, data, source=" + ".join(sources))

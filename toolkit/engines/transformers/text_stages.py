@@ -58,10 +58,11 @@ class TextClassifier(ModelStage):
 
 
 class TextEncoder(ModelStage):
-    """``prompt`` -> ``embedding``: masked mean of the last hidden states, unit length."""
+    """``prompt`` -> ``embedding``: masked mean of the last hidden states, unit length;
+    and ``num_input_tokens``, the tokens it read (an embeddings API's usage)."""
 
     input_columns = TASK_CONTRACTS["embed"].inputs
-    output_columns = tuple(TASK_CONTRACTS["embed"].outputs)
+    output_columns = (*TASK_CONTRACTS["embed"].outputs, "num_input_tokens")
 
     def __init__(self, model_source: str, engine_kwargs: dict[str, Any], use_gpu: bool = False,
                  num_threads: int = 1, samples: "SampleProvider | None" = None) -> None:
@@ -87,7 +88,9 @@ class TextEncoder(ModelStage):
         mask = encoded["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
         pooled = torch.nn.functional.normalize(pooled.float(), dim=-1).cpu().numpy()
-        return [{"embedding": vector.tolist()} for vector in pooled]
+        tokens = encoded["attention_mask"].sum(dim=1).tolist()
+        return [{"embedding": vector.tolist(), "num_input_tokens": int(count)}
+                for vector, count in zip(pooled, tokens)]
 
 
 def apply_text_stage(ds: "Dataset", engine: "EngineSettings",

@@ -66,7 +66,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -81,6 +81,11 @@ if TYPE_CHECKING:
 
 
 CHAT_COMPLETIONS_URL = "/v1/chat/completions"
+EMBEDDINGS_URL = "/v1/embeddings"
+#: The endpoints a run answers, each with the ``engine.task`` that answers it: a run
+#: is one model doing one task, so it serves the endpoints of its task and answers
+#: the other lines of a mixed file with an error line (400) naming why.
+ENDPOINT_TASKS: dict[str, str] = {CHAT_COMPLETIONS_URL: "generate", EMBEDDINGS_URL: "embed"}
 
 #: Columns of a staged request file, in order. ``custom_id`` is the row id;
 #: ``line`` the 1-based line number; ``body`` the request body as compact JSON text
@@ -95,10 +100,24 @@ REQUEST_ERROR_COLUMN = "request_error"
 #: model). Not ``model``: Ray Data LLM reads a row's ``model`` as a LoRA adapter to load.
 STATUS_COLUMN = "error_status"
 MODEL_COLUMN = "served_model"
+#: Result columns: a chat answer's text (a function call's arguments), the function it
+#: calls (null: a plain answer), an embeddings line's vector.
+CONTENT_COLUMN = "content"
+TOOL_CALL_COLUMN = "tool_call"
+EMBEDDING_COLUMN = "embedding"
+#: An embeddings line with several texts is a row per text (each embedded as a row of
+#: its own, so either engine runs it): the text's index in ``input``, and the row id
+#: ``custom_id[index]``, and how many texts the line has. Null on every other row. The
+#: output file groups them back.
+INPUT_INDEX_COLUMN = "input_index"
+INPUT_COUNT_COLUMN = "input_count"
 REQUEST_COLUMNS: dict[str, str] = {
     ID_COLUMN: "string", LINE_COLUMN: "int64", URL_COLUMN: "string", BODY_COLUMN: "string",
     REQUEST_ERROR_COLUMN: "string", STATUS_COLUMN: "int64", MODEL_COLUMN: "string",
+    INPUT_INDEX_COLUMN: "int64", INPUT_COUNT_COLUMN: "int64",
 }
+#: Texts one embeddings request may hold (OpenAI's limit for ``input``).
+MAX_EMBEDDING_INPUTS = 2048
 
 #: Body fields that become sampling params (vLLM's names on the right).
 _SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
@@ -107,6 +126,11 @@ _SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p
 #: checked against the served names when the line is read).
 _IGNORED_FIELDS = ("model", "user", "metadata", "store", "service_tier", "stream", "n",
                    "logprobs", "parallel_tool_calls")
+#: Body fields of function calling (:func:`tool_call`).
+_TOOL_FIELDS = ("tools", "tool_choice")
+#: An embeddings body's fields: ``input`` is embedded, the rest don't change the vector
+#: (``encoding_format`` float only, ``dimensions`` refused: the model's own size).
+_EMBEDDING_FIELDS = ("input", "model", "user", "encoding_format")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -118,6 +142,44 @@ class OpenAIBatchOptions(StrictModel):
                         "(as vLLM's --served-model-name): a line naming another model is an "
                         "error line (404), and each answer's model is the name its line "
                         "asked for. Empty: the model as engine.model names it.")
+    argument_max_chars: int | None = Field(
+        None, ge=1, description="Caps the strings (maxLength) and numbers (digits) that a "
+                                "function's parameters schema leaves unbounded, and allows no "
+                                "whitespace between JSON tokens, in the function calls "
+                                "answered for tool_choice: what the model may answer stays "
+                                "valid against the schema as given. --smoke sets 16, as the "
+                                "random-weight model never ends a string. None: the schema "
+                                "as given.")
+    endpoint: Literal["/v1/chat/completions", "/v1/embeddings"] | None = Field(
+        None, description="The endpoint this run answers: /v1/chat/completions (engine.task "
+                          "generate) or /v1/embeddings (engine.task embed). A run is one "
+                          "model doing one task, so lines for another endpoint are error "
+                          "lines (400). Unset: the url of the input file's first request.")
+
+
+def run_endpoint(spec: JobSpec) -> str:
+    """The endpoint a run answers: ``options.endpoint``, else the one its task serves."""
+    endpoint = getattr(spec.options, "endpoint", None)
+    if endpoint:
+        return str(endpoint)
+    return next((url for url, task in ENDPOINT_TASKS.items() if task == spec.engine.task),
+                CHAT_COMPLETIONS_URL)
+
+
+def first_endpoint(source: str | None) -> str | None:
+    """The url of the first request in a local request file (the endpoint a file is
+    for, as OpenAI's batch names one); None where it can't be told cheaply (no file, a
+    URI, no url on the first line)."""
+    if not source or "://" in source or not Path(source).expanduser().is_file():
+        return None
+    try:
+        for number, text in request_lines(source):
+            request = json.loads(text)
+            url = request.get("url") if isinstance(request, dict) else None
+            return url if isinstance(url, str) else None
+    except (ValueError, InputDataError):
+        return None
+    return None
 
 
 def served_model_names(spec: JobSpec) -> list[str]:
@@ -155,16 +217,17 @@ def _bad_line(line: int, custom_id: str, error: RequestError, url: Any = None,
     return {ID_COLUMN: custom_id, LINE_COLUMN: line,
             URL_COLUMN: url if isinstance(url, str) else None, BODY_COLUMN: None,
             REQUEST_ERROR_COLUMN: f"line {line}: {error}", STATUS_COLUMN: error.status,
-            MODEL_COLUMN: model}
+            MODEL_COLUMN: model, INPUT_INDEX_COLUMN: None, INPUT_COUNT_COLUMN: None}
 
 
-def parse_request_line(text: str, line: int,
-                       served: Sequence[str] | None = None) -> dict[str, Any]:
+def parse_request_line(text: str, line: int, served: Sequence[str] | None = None,
+                       endpoint: str = CHAT_COMPLETIONS_URL) -> dict[str, Any]:
     """One request line as a row of :data:`REQUEST_COLUMNS`, checked as an endpoint checks
     a request before it runs.
 
-    A line that is not a POST to ``/v1/chat/completions`` with a body this toolkit can
-    run (:func:`chat_request`) for a model it serves is a row whose ``request_error``
+    A line that is not a POST to ``endpoint`` with a body this toolkit can run
+    (:func:`chat_request`, :func:`embedding_request`) for a model it serves is a row
+    whose ``request_error``
     names the line and whose ``error_status`` is the HTTP status it is answered with:
     404 for a ``body.model`` not in ``served`` (vLLM's answer), 400 for the rest. A
     UTF-8 byte order mark before line 1 is ignored.
@@ -172,6 +235,8 @@ def parse_request_line(text: str, line: int,
     Args:
         served: The names ``body.model`` may give (a line without one asks for the
             first); None: any model (the first name is then the line's own).
+        endpoint: The url this run answers (:data:`ENDPOINT_TASKS`); a line for
+            another is refused (400), naming why.
 
     Raises:
         UnusableLine: the line is not a JSON object with a ``custom_id`` string, so it
@@ -203,24 +268,42 @@ def parse_request_line(text: str, line: int,
     if str(method).upper() != "POST":
         return _bad_line(line, custom_id, RequestError(
             f"method {method!r} is not supported; only POST"), url, model)
-    if url != CHAT_COMPLETIONS_URL:
+    if url not in ENDPOINT_TASKS:
         return _bad_line(line, custom_id, RequestError(
-            f"url {url!r} is not supported; only {CHAT_COMPLETIONS_URL} (chat completions)"),
-            url, model)
+            f"url {url!r} is not supported; only {' and '.join(ENDPOINT_TASKS)}"), url, model)
+    if url != endpoint:
+        return _bad_line(line, custom_id, RequestError(
+            f"url {url!r} needs a model for engine.task {ENDPOINT_TASKS[url]}; this run "
+            f"answers {endpoint} (engine.task {ENDPOINT_TASKS.get(endpoint)}) with one model. "
+            f"Run the {url} lines as a file (or batch) of their own"), url, model)
     if not isinstance(body, dict):
         return _bad_line(line, custom_id, RequestError(
-            "body must be a JSON object with model and messages"), url, model)
+            "body must be a JSON object with model and "
+            + ("input" if url == EMBEDDINGS_URL else "messages")), url, model)
     if asked is not None and (not isinstance(asked, str) or (served and asked not in served)):
         return _bad_line(line, custom_id, RequestError(
             f"The model `{asked}` does not exist.", status=404), url,
             served[0] if served else None)
     body_text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     try:
-        chat_request(body_text)
+        embedding_request(body_text) if url == EMBEDDINGS_URL else chat_request(body_text)
     except RequestError as exc:
         return _bad_line(line, custom_id, exc, url, model)
     return {ID_COLUMN: custom_id, LINE_COLUMN: line, URL_COLUMN: url, BODY_COLUMN: body_text,
-            REQUEST_ERROR_COLUMN: None, STATUS_COLUMN: None, MODEL_COLUMN: model}
+            REQUEST_ERROR_COLUMN: None, STATUS_COLUMN: None, MODEL_COLUMN: model,
+            INPUT_INDEX_COLUMN: None, INPUT_COUNT_COLUMN: None}
+
+
+def text_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A request row as the rows that run it: itself, or for an embeddings line with
+    several texts one row per text (``custom_id[i]``, ``input_index`` i)."""
+    if row[REQUEST_ERROR_COLUMN] is not None or row[URL_COLUMN] != EMBEDDINGS_URL:
+        return [row]
+    texts = embedding_request(row[BODY_COLUMN])
+    if len(texts) == 1:
+        return [row]
+    return [{**row, ID_COLUMN: f"{row[ID_COLUMN]}[{i}]", INPUT_INDEX_COLUMN: i,
+             INPUT_COUNT_COLUMN: len(texts)} for i in range(len(texts))]
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
@@ -285,7 +368,8 @@ def _structured_outputs(response_format: Any) -> dict[str, str] | None:
                      "json_object or json_schema")
 
 
-def chat_request(body_text: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
+def chat_request(body_text: str, argument_max_chars: int | None = None,
+                 ) -> tuple[list[dict[str, str]], dict[str, Any]]:
     """A request body as (chat messages, this row's sampling params).
 
     The params use vLLM's names, as both engines read them, and hold every key
@@ -299,7 +383,8 @@ def chat_request(body_text: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
         RequestError: naming the body field that is wrong or unsupported (its ``param``).
     """
     body = json.loads(body_text)
-    unknown = sorted(set(body) - {"messages", *_SAMPLING_FIELDS, *_IGNORED_FIELDS})
+    unknown = sorted(set(body) - {"messages", *_SAMPLING_FIELDS, *_IGNORED_FIELDS,
+                                  *_TOOL_FIELDS})
     if unknown:
         raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
                          + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
@@ -311,6 +396,16 @@ def chat_request(body_text: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
     if body.get("logprobs"):
         raise RequestError("body.logprobs is not supported; remove it")
     messages = _messages(body.get("messages"))
+    call = tool_call(body, argument_max_chars)
+    structured = _structured_outputs(body.get("response_format"))
+    if call is not None:
+        if structured is not None:
+            raise RequestError("body.response_format can't be given with a tool_choice that "
+                               "calls a function (the call's arguments are the answer's "
+                               "shape); remove one")
+        structured = {"json": json.dumps(call.schema, separators=(",", ":"),
+                                         ensure_ascii=False)}
+        messages = [{"role": "system", "content": call.instructions}, *messages]
     max_tokens = _number(body, "max_completion_tokens", 1, 1e9, integer=True)
     if max_tokens is None:
         max_tokens = _number(body, "max_tokens", 1, 1e9, integer=True)
@@ -319,9 +414,168 @@ def chat_request(body_text: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
         "temperature": _number(body, "temperature", 0, 2),
         "top_p": _number(body, "top_p", 1e-9, 1),
         "seed": _number(body, "seed", -(2 ** 63), 2 ** 63 - 1, integer=True),
-        "structured_outputs": _structured_outputs(body.get("response_format")),
+        "structured_outputs": structured,
     }
     return messages, params
+
+
+class ToolCall:
+    """How a request's ``tool_choice`` is answered: the JSON schema its answer is held to
+    (the named function's ``parameters``; for ``required`` over several functions,
+    ``{"name", "parameters"}`` of one of them, as vLLM constrains it) and the system
+    message that tells the model the functions (the chat engines take no ``tools``)."""
+
+    def __init__(self, functions: list[dict[str, Any]], named: str | None,
+                 argument_max_chars: int | None = None) -> None:
+        self.functions = {f["name"]: f for f in functions}
+        #: The function every answer calls, or None: the answer names one of several.
+        self.name = named or (functions[0]["name"] if len(functions) == 1 else None)
+        if self.name is not None:
+            self.schema: dict[str, Any] = _parameters(self.functions[self.name])
+        else:
+            self.schema = {"anyOf": [{
+                "type": "object",
+                "properties": {"name": {"type": "string", "enum": [f["name"]]},
+                               "parameters": _parameters(f)},
+                "required": ["name", "parameters"]} for f in functions]}
+        if argument_max_chars is not None:
+            # Compact JSON too (arguments are re-serialised anyway): whitespace allowed
+            # between every token lets a weak model fill max_tokens with it. llguidance
+            # reads this key; the schema a real model gets is the function's as given.
+            self.schema = {**_bounded(self.schema, argument_max_chars),
+                           "x-guidance": {"whitespace_flexible": False}}
+        listed = "\n".join(
+            f"- {f['name']}: {f.get('description') or ''} parameters: "
+            f"{json.dumps(_parameters(f), ensure_ascii=False)}" for f in functions)
+        self.instructions = (
+            f"Call the function {self.name} by answering with its arguments as a JSON object."
+            if self.name is not None else
+            'Call one of the functions by answering {"name": ..., "parameters": {...}} in JSON.'
+        ) + f"\nFunctions:\n{listed}"
+
+    def answer(self, text: str) -> tuple[str, str]:
+        """(the function called, its arguments as JSON text) from an answer.
+
+        Raises:
+            ValueError: the answer is not the JSON the schema asks for (cut off).
+        """
+        value = json.loads(text)
+        if self.name is not None:
+            if not isinstance(value, dict):
+                raise ValueError(f"the arguments of {self.name} are not a JSON object")
+            return self.name, json.dumps(value, ensure_ascii=False)
+        if not isinstance(value, dict) or value.get("name") not in self.functions:
+            raise ValueError("the answer names none of the request's functions")
+        return str(value["name"]), json.dumps(value.get("parameters") or {},
+                                              ensure_ascii=False)
+
+
+def _parameters(function: dict[str, Any]) -> dict[str, Any]:
+    return function.get("parameters") or {"type": "object", "properties": {}}
+
+
+def _bounded(schema: Any, chars: int) -> Any:
+    """``schema`` with a ``maxLength`` of ``chars`` on each string it leaves unbounded,
+    and numbers it leaves unbounded kept to ``chars`` digits (answers it allows are
+    still valid against the schema as given)."""
+    if isinstance(schema, list):
+        return [_bounded(item, chars) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: (_bounded(value, chars) if key in ("items", "anyOf", "oneOf", "allOf",
+                                                   "additionalProperties") else value)
+           for key, value in schema.items()}
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {name: _bounded(value, chars)
+                             for name, value in out["properties"].items()}
+    types = out.get("type") if isinstance(out.get("type"), list) else [out.get("type")]
+    if "string" in types and "maxLength" not in out and "enum" not in out \
+            and "pattern" not in out and "format" not in out:
+        out["maxLength"] = chars
+    if ("integer" in types or "number" in types) and "enum" not in out:
+        out.setdefault("minimum", -(10 ** chars) + 1)
+        out.setdefault("maximum", 10 ** chars - 1)
+    return out
+
+
+def tool_call(body: dict[str, Any], argument_max_chars: int | None = None) -> ToolCall | None:
+    """The function call a chat body asks for, or None for a plain answer.
+
+    ``tool_choice`` ``"required"`` or ``{"type": "function", "function": {"name"}}``
+    calls a function of ``tools``; ``"none"`` (or no tools) answers as plain chat.
+
+    Raises:
+        RequestError: a malformed tool or choice; ``"auto"`` (OpenAI's default when
+            tools are given), which would need the model to decide in free text.
+    """
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools is None:
+        if choice not in (None, "none"):
+            raise RequestError("body.tool_choice needs body.tools, the functions it calls")
+        return None
+    if not isinstance(tools, list) or not tools:
+        raise RequestError("body.tools must be a non-empty list of "
+                           '{"type": "function", "function": {"name", "parameters"}}')
+    functions = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(
+                function, dict) or not isinstance(function.get("name"), str):
+            raise RequestError(f"body.tools[{i}] must be "
+                               '{"type": "function", "function": {"name", "parameters"}}')
+        if not isinstance(function.get("parameters", {}), dict):
+            raise RequestError(f"body.tools[{i}].function.parameters must be a JSON schema "
+                               "object")
+        functions.append(function)
+    if choice == "none":
+        return None
+    if choice == "required":
+        return ToolCall(functions, None, argument_max_chars)
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        if not any(f["name"] == name for f in functions):
+            raise RequestError(f"body.tool_choice names the function {name!r}, which is not "
+                               "in body.tools")
+        return ToolCall(functions, str(name), argument_max_chars)
+    if choice in (None, "auto"):
+        raise RequestError("body.tool_choice 'auto' (the default with tools) is not "
+                           "supported: this toolkit answers a function call only when the "
+                           "request requires one; set tool_choice to 'required', "
+                           '{"type": "function", "function": {"name": ...}} or \'none\'')
+    raise RequestError(f"body.tool_choice {choice!r} is not supported; use 'required', 'none' "
+                       'or {"type": "function", "function": {"name": ...}}')
+
+
+def embedding_request(body_text: str) -> list[str]:
+    """The texts an embeddings body asks to embed (``input``: a string or a list of them),
+    in order: its answer's ``data[i]`` is ``input[i]``'s vector.
+
+    Raises:
+        RequestError: naming the field: no text, token arrays, more than 2,048 texts,
+            ``dimensions``, a non-float encoding.
+    """
+    body = json.loads(body_text)
+    unknown = sorted(set(body) - set(_EMBEDDING_FIELDS))
+    if unknown:
+        raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
+                           + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
+                           + "; remove it from the request")
+    if body.get("encoding_format", "float") != "float":
+        raise RequestError(f"body.encoding_format {body['encoding_format']!r} is not "
+                           "supported; only float")
+    value = body.get("input")
+    texts = [value] if isinstance(value, str) else value
+    if isinstance(texts, list) and texts and all(
+            isinstance(v, int) or isinstance(v, list) for v in texts):
+        raise RequestError("body.input: token arrays are not supported; send the text")
+    if not isinstance(texts, list) or not texts or not all(
+            isinstance(v, str) and v.strip() for v in texts):
+        raise RequestError("body.input must be a non-empty string or a list of them (the "
+                           "texts to embed)")
+    if len(texts) > MAX_EMBEDDING_INPUTS:
+        raise RequestError(f"body.input holds {len(texts):,} texts; at most "
+                           f"{MAX_EMBEDDING_INPUTS:,} a request")
+    return texts
 
 
 def _short_hash(*parts: Any) -> str:
@@ -364,6 +618,9 @@ def batch_output_line(
     model: str,
     created: int,
     error_status: int | None = None,
+    url: str | None = None,
+    embeddings: Sequence[Sequence[float] | None] = (),
+    tool_name: str | None = None,
 ) -> dict[str, Any]:
     """One line of a Batch API output file for a written row.
 
@@ -378,6 +635,11 @@ def batch_output_line(
     Args:
         model: The served name the line asked for: its answer's ``model``.
         error_status: See :func:`line_error`.
+        url: The line's endpoint: ``/v1/embeddings`` answers ``embeddings`` (a vector
+            per text of its ``input``) as an embeddings ``list``; the rest a
+            ``chat.completion``.
+        tool_name: The function a chat answer calls (``content`` holds its arguments):
+            answered as ``message.tool_calls[0]``, ``finish_reason: tool_calls``.
     """
     line_id = f"batch_req_{_short_hash(custom_id, created)}"
     request_id = _short_hash("request", custom_id, created)
@@ -389,6 +651,22 @@ def batch_output_line(
                 "error": {"code": response["body"]["error"]["code"], "message": error}}
     prompt_tokens = int(prompt_tokens or 0)
     completion_tokens = int(completion_tokens or 0)
+    if url == EMBEDDINGS_URL:
+        return {"id": line_id, "custom_id": custom_id,
+                "response": {"status_code": 200, "request_id": request_id, "body": {
+                    "object": "list",
+                    "data": [{"object": "embedding", "index": i,
+                              "embedding": [float(x) for x in vector or ()]}
+                             for i, vector in enumerate(embeddings)],
+                    "model": model,
+                    "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}},
+                "error": None}
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if tool_name is not None:
+        message = {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{_short_hash('call', custom_id, created)}", "type": "function",
+            "function": {"name": tool_name, "arguments": content or "{}"}}]}
+        finish_reason = "tool_calls"
     body = {
         "id": f"chatcmpl-{_short_hash('completion', custom_id, created)}",
         "object": "chat.completion",
@@ -396,7 +674,7 @@ def batch_output_line(
         "model": model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": content or ""},
+            "message": message,
             "finish_reason": finish_reason or "stop",
         }],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
@@ -502,7 +780,8 @@ class FileScan:
 
 
 def scan_requests(source: str, served: Sequence[str] | None, scan: FileScan,
-                  limit: int | None = None) -> Iterator[dict[str, Any]]:
+                  limit: int | None = None,
+                  endpoint: str = CHAT_COMPLETIONS_URL) -> Iterator[dict[str, Any]]:
     """The request rows of the file at ``source`` (:func:`parse_request_line`), the first
     ``limit`` requests; what a row can't say (lines that are no request, repeated ids)
     is noted in ``scan``.
@@ -515,13 +794,13 @@ def scan_requests(source: str, served: Sequence[str] | None, scan: FileScan,
             return
         scan.requests += 1
         try:
-            row = parse_request_line(text, number, served)
+            row = parse_request_line(text, number, served, endpoint)
         except UnusableLine as unusable:
             scan.unusable.append(unusable)
             continue
         scan.ids.add(str(row[ID_COLUMN]), number)
         scan.runnable += row[REQUEST_ERROR_COLUMN] is None
-        yield row
+        yield from text_rows(row)
 
 
 def refused_lines(rows: Iterator[dict[str, Any]], created: int) -> Iterator[dict[str, Any]]:
@@ -574,7 +853,8 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory, clock=time.time) -> str
             rows = []
 
     run_dir.fs.create_dir(f"{run_dir.root}/{STAGED_INPUT_DIR}", recursive=True)
-    for row in scan_requests(data.input, served_model_names(spec), scan, limit=data.rows):
+    for row in scan_requests(data.input, served_model_names(spec), scan, limit=data.rows,
+                             endpoint=run_endpoint(spec)):
         rows.append(row)
         if len(rows) >= block and not scan.unusable:  # a file refused needs no more blocks
             flush()
@@ -686,8 +966,10 @@ def _rows_in_order(run_dir: RunDirectory, file_format: str,
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    wanted = [ID_COLUMN, LINE_COLUMN, MODEL_COLUMN, "content", "finish_reason",
-              "num_input_tokens", "num_generated_tokens", STATUS_COLUMN, ERROR_COLUMN]
+    wanted = [ID_COLUMN, LINE_COLUMN, MODEL_COLUMN, URL_COLUMN, INPUT_INDEX_COLUMN,
+              INPUT_COUNT_COLUMN, CONTENT_COLUMN,
+              TOOL_CALL_COLUMN, EMBEDDING_COLUMN, "finish_reason", "num_input_tokens",
+              "num_generated_tokens", STATUS_COLUMN, ERROR_COLUMN]
     if complete_files_only:
         # A run stopped part-way (Ctrl-C, a kill) can leave a file without its footer.
         tables = []
@@ -704,7 +986,11 @@ def _rows_in_order(run_dir: RunDirectory, file_format: str,
     else:
         dataset = run_dir.open_results(file_format)
         table = dataset.to_table(columns=[c for c in wanted if c in dataset.schema.names])
-    return table.sort_by(LINE_COLUMN) if LINE_COLUMN in table.column_names else table
+    if LINE_COLUMN not in table.column_names:
+        return table
+    return table.sort_by([(LINE_COLUMN, "ascending"), *(
+        [(INPUT_INDEX_COLUMN, "ascending")] if INPUT_INDEX_COLUMN in table.column_names
+        else [])])
 
 
 def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, created: int,
@@ -718,16 +1004,41 @@ def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, crea
             was stopped part-way, whose last file has no footer) instead of failing.
     """
     table = _rows_in_order(run_dir, file_format, complete_files_only)
+    for request in _requests(table):
+        row = request[0]
+        failed = next((r for r in request if r.get(ERROR_COLUMN) is not None), None)
+        custom_id = row[ID_COLUMN]
+        if row.get(INPUT_INDEX_COLUMN) is not None:  # custom_id[0]: one row per text
+            custom_id = custom_id[:-len(f"[{row[INPUT_INDEX_COLUMN]}]")]
+            if len(request) != row.get(INPUT_COUNT_COLUMN):
+                continue  # a stopped run wrote some of its texts: not answered yet
+        yield batch_output_line(
+            custom_id=custom_id, content=row.get(CONTENT_COLUMN),
+            finish_reason=row.get("finish_reason"),
+            prompt_tokens=sum(int(r.get("num_input_tokens") or 0) for r in request),
+            completion_tokens=row.get("num_generated_tokens"),
+            error=failed.get(ERROR_COLUMN) if failed else None,
+            model=row.get(MODEL_COLUMN) or model, created=created,
+            error_status=failed.get(STATUS_COLUMN) if failed else None,
+            url=row.get(URL_COLUMN),
+            embeddings=[r.get(EMBEDDING_COLUMN) for r in request],
+            tool_name=row.get(TOOL_CALL_COLUMN),
+        )
+
+
+def _requests(table: "pa.Table") -> Iterator[list[dict[str, Any]]]:
+    """The rows of ``table`` (in line order) a request at a time: one row, or the rows
+    of an embeddings line's texts."""
+    request: list[dict[str, Any]] = []
     for batch in table.to_batches(max_chunksize=1024):
         for row in batch.to_pylist():
-            yield batch_output_line(
-                custom_id=row[ID_COLUMN], content=row.get("content"),
-                finish_reason=row.get("finish_reason"),
-                prompt_tokens=row.get("num_input_tokens"),
-                completion_tokens=row.get("num_generated_tokens"),
-                error=row.get(ERROR_COLUMN), model=row.get(MODEL_COLUMN) or model,
-                created=created, error_status=row.get(STATUS_COLUMN),
-            )
+            if request and (row.get(INPUT_INDEX_COLUMN) is None
+                            or row.get(LINE_COLUMN) != request[0].get(LINE_COLUMN)):
+                yield request
+                request = []
+            request.append(row)
+    if request:
+        yield request
 
 
 def _write_lines(run_dir: RunDirectory, lines: Iterator[dict[str, Any]]) -> int:
