@@ -71,7 +71,9 @@ class OpenAIBatchSpec(JobSpec):
 def endpoint_settings(data: dict[str, Any], smoke: bool) -> None:
     """The endpoint a run answers and the task that answers it, before the spec is
     validated: ``options.endpoint`` as given, else the url of the input's first request;
-    ``engine.task`` its task unless given; under ``--smoke`` the tiny model of that task."""
+    ``engine.task`` its task unless given (for embeddings, without the chat model's
+    ``max_model_len``: the embedding model's own applies); under ``--smoke`` the tiny
+    model of that task."""
     options = data.setdefault("options", {})
     if not isinstance(options, dict):
         return
@@ -81,6 +83,12 @@ def endpoint_settings(data: dict[str, Any], smoke: bool) -> None:
     if task is None or not isinstance(engine, dict):
         return
     options["endpoint"] = endpoint
+    if "task" not in engine and task == "embed":
+        # The template's max_model_len is a chat model's context: an embedding model
+        # has its own (512 positions for BERT-like ones), and vLLM refuses a longer one.
+        kwargs = engine.get("engine_kwargs")
+        if isinstance(kwargs, dict):
+            engine["engine_kwargs"] = {k: v for k, v in kwargs.items() if k != "max_model_len"}
     engine.setdefault("task", task)
     if smoke and engine.get("model") in SMOKE_MODELS.values():
         engine["model"] = SMOKE_MODELS.get(engine["task"], engine["model"])
