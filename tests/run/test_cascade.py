@@ -142,6 +142,8 @@ def test_the_small_models_rows_are_kept_escalated_or_left_as_they_failed():
         **{k: v for k, v in routed.items() if k != "error"},
         "inferred_industry": [None, "Retail", "Healthcare", "Other", None],
         "inferred_industry_confidence": [None, 0.5, 0.6, 0.7, None],
+        # Nulls come back from a NumPy engine as NaN.
+        "inferred_industry_first_confidence": [0.9, 0.3, 0.95, float("nan"), float("nan")],
         "answered_by": [None] * 5,
         "finish_reason": ["error", "stop", "stop", "stop", "error"],
         "failed_checks": [None] * 5,
@@ -161,6 +163,7 @@ def test_the_small_models_rows_are_kept_escalated_or_left_as_they_failed():
     assert rows[1]["inferred_industry_first"] == "Finance"
     assert rows[1]["inferred_industry_first_confidence"] == 0.3
     assert rows[4]["error"] == "preprocess: Company is blank"
+    assert rows[3]["inferred_industry_first_confidence"] is None
 
 
 # -- the spec ---------------------------------------------------------------------
@@ -200,3 +203,16 @@ def test_a_threshold_on_answers_without_a_confidence_is_refused():
     # Without a threshold, the rows that fail a check still escalate.
     spec = load_job_spec(job, smoke=True, sets=["cascade.model=sample:tiny-chat-small"])
     assert spec.cascade.escalate_below is None
+
+
+def test_the_small_model_follows_engine_also_in_a_spec_read_back_from_its_dump():
+    spec = load_job_spec(JOB, sets=["cascade.model=Qwen/Qwen2.5-0.5B-Instruct",
+                                    "cascade.escalate_below=0.8", "cascade.concurrency=1-8"])
+    again = JOB.spec_model.model_validate(spec.model_dump(mode="json"))
+    for read in (spec, again):
+        small = read.cascade_engine
+        assert (small.kind, small.accelerator_type, small.pool_size) == ("vllm", "L4", (1, 8))
+    on_cpu = load_job_spec(JOB, sets=["cascade.model=Qwen/Qwen2.5-0.5B-Instruct",
+                                      "cascade.accelerator_type=none"])
+    assert on_cpu.cascade_engine.accelerator_type is None
+    assert on_cpu.engine.accelerator_type == "L4"

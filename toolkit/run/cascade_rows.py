@@ -121,8 +121,12 @@ def settle_cascade(batch: "pa.Table", results: Mapping[str, str], schema: "pa.Sc
     escalated = pc.fill_null(batch.column(ESCALATED_FLAG), False)
     columns = {name: batch.column(name) for name in batch.column_names}
     for column, first in first_columns(results).items():
-        columns[column] = pc.if_else(kept, columns[first], columns[column])
-        columns[first] = pc.if_else(kept, pa.scalar(None, columns[first].type), columns[first])
+        answer = columns[first]
+        if pa.types.is_floating(answer.type):
+            # A null rode through the main stage's engine as NumPy's NaN.
+            answer = pc.if_else(pc.is_nan(answer), pa.scalar(None, answer.type), answer)
+        columns[column] = pc.if_else(kept, answer, columns[column])
+        columns[first] = pc.if_else(kept, pa.scalar(None, answer.type), answer)
     columns[ERROR_COLUMN] = pc.if_else(kept, pa.scalar(None, pa.string()),
                                        columns[ERROR_COLUMN])
     columns[FINISH_REASON_COLUMN] = pc.if_else(kept, columns[FIRST_FINISH],

@@ -57,7 +57,8 @@ class CascadeConfig(StrictModel):
     num_cpus: float | None = Field(None, gt=0, description="CPUs per small-model worker; "
                                    "unset: engine.num_cpus.")
     accelerator_type: str | None = Field(None, description=(
-        "GPU type per small-model worker ('none' for CPUs); unset: engine.accelerator_type. "
+        "GPU type per small-model worker ('none' for CPUs, beside a big model on GPUs); "
+        "unset: engine.accelerator_type. "
         "A 1B model runs on a cheaper GPU than an 8B one."))
 
 
@@ -69,10 +70,9 @@ def cascade_engine(engine: EngineSettings, cascade: CascadeConfig) -> EngineSett
     """
     data = engine.model_dump(mode="json")
     data.pop("min_concurrency", None)  # carried by the concurrency range dumped above
-    given = cascade.model_dump(include=set(STAGE_SETTINGS), exclude_none=True)
-    if "accelerator_type" in cascade.model_fields_set:
-        given["accelerator_type"] = cascade.accelerator_type
-    data.update(given)
+    # Unset (null) follows engine, also in a spec read back from its dump: a small
+    # model on CPUs beside a big one on GPUs says accelerator_type: none.
+    data.update(cascade.model_dump(include=set(STAGE_SETTINGS), exclude_none=True))
     data["model"] = cascade.model
     if data.get("kind") != engine.kind:
         # Settings only engine's kind takes (vLLM's kv_cache_gib...) don't follow the

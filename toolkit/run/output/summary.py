@@ -405,6 +405,7 @@ def answer_quality(dataset: Any, spec: "JobSpec", rows: int) -> dict[str, Any]:
     quality["confidence"] = {}
     for column in confidence_columns:
         values = table[column].drop_null()
+        values = values.filter(pc.invert(pc.is_nan(values)))  # no figure: not a confidence
         if not len(values):
             continue
         p10, median, p90 = pc.quantile(values, q=[0.1, 0.5, 0.9]).to_pylist()
