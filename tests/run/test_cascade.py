@@ -216,3 +216,17 @@ def test_the_small_model_follows_engine_also_in_a_spec_read_back_from_its_dump()
                                       "cascade.accelerator_type=none"])
     assert on_cpu.cascade_engine.accelerator_type is None
     assert on_cpu.engine.accelerator_type == "L4"
+
+
+def test_a_resume_may_resize_the_small_models_pool_but_not_change_it_or_its_threshold():
+    from toolkit.run.output.run_directory import results_fingerprint
+
+    cascade = ["cascade.model=sample:tiny-chat-small", "cascade.escalate_below=0.5"]
+    base = results_fingerprint(load_job_spec(JOB, smoke=True, sets=cascade))
+    for neutral in ("cascade.batch_size=8", "cascade.concurrency=2", "cascade.num_cpus=2"):
+        assert results_fingerprint(load_job_spec(JOB, smoke=True, sets=[*cascade, neutral])) \
+            == base, neutral
+    for decisive in ("cascade.escalate_below=0.6", "cascade.model=sample:tiny-vision"):
+        assert results_fingerprint(load_job_spec(JOB, smoke=True, sets=[*cascade, decisive])) \
+            != base, decisive
+    assert results_fingerprint(load_job_spec(JOB, smoke=True)) != base
