@@ -90,6 +90,14 @@ def test_a_cascade_keeps_the_sure_rows_and_escalates_the_rest(folder):
     assert f"cascade:       {len(escalated)} of {ROWS} rows escalated" in ran.stdout
     assert f"answered by:   {SMALL} {len(kept)}, {BIG} {len(escalated)}" in ran.stdout
 
+    # A pilot's escalation rate is what plan reads for a full run.
+    planned = toolkit("plan", "text-industry", "--smoke", "--rows", "1M", "--cascade-model",
+                      SMALL, "--escalate-below", str(threshold), "--from-run", "out/cascade",
+                      cwd=folder)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    rate = summary["cascade"]["escalation_rate"]
+    assert f"The pilot's cascade sent {rate:.1%} of its rows on to {BIG}" in planned.stdout
+
 
 def test_retry_runs_the_cascade_again_on_the_rows_it_redoes(folder):
     threshold = middle_threshold(folder)
