@@ -30,6 +30,7 @@ JOB = load_job("text-industry")
 CHOICES = set(load_job_spec(JOB).output.choice)
 SMALL, BIG = "sample:tiny-chat-small", "sample:tiny-chat"
 ROWS = 40
+BLANK = "5"  # a row no model can answer: rejected before the small one
 
 
 def toolkit(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -39,10 +40,14 @@ def toolkit(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A user's folder with rows.csv and the small model's own answers to it, alone."""
+    """A user's folder with rows.csv (one company left blank) and the small model's own
+    answers to it, alone."""
     folder = tmp_path_factory.mktemp("cascade")
     made = toolkit("samples", "customers", "--rows", str(ROWS), "-o", "rows.csv", cwd=folder)
     assert made.returncode == 0, made.stderr
+    rows = pd.read_csv(folder / "rows.csv", dtype=str)
+    rows.loc[rows["Index"] == BLANK, "Company"] = ""
+    rows.to_csv(folder / "rows.csv", index=False)
     alone = toolkit("run", "text-industry", "--smoke", "--input", "rows.csv", "--model", SMALL,
                     "--output", "out/small-alone", cwd=folder)
     assert alone.returncode == 0, alone.stdout + alone.stderr
@@ -66,7 +71,11 @@ def test_a_cascade_keeps_the_sure_rows_and_escalates_the_rest(folder):
     assert ran.returncode == 0, ran.stdout + ran.stderr
     rows = pd.read_parquet(folder / "out" / "cascade").set_index("Index")
     assert len(rows) == ROWS and rows.index.is_unique
-    assert rows["error"].isna().all()
+    # The blank company is an error row, as without a cascade; no model ran it.
+    assert rows["error"].notna().tolist() == (rows.index == BLANK).tolist()
+    assert rows.loc[BLANK, "error"].startswith("preprocess: ")
+    assert rows.loc[BLANK, ["answered_by", "inferred_industry_first"]].isna().all()
+    rows = rows.drop(BLANK)
     assert set(rows["inferred_industry"]) <= CHOICES
     assert set(rows["answered_by"]) == {SMALL, BIG}
 
@@ -86,8 +95,9 @@ def test_a_cascade_keeps_the_sure_rows_and_escalates_the_rest(folder):
     summary = json.loads((folder / "out" / "cascade" / "_summary.json").read_text())
     assert summary["cascade"]["escalated"] == len(escalated)
     assert summary["cascade"]["answered_by"] == {SMALL: len(kept), BIG: len(escalated)}
-    assert summary["cascade"]["escalation_rate"] == round(len(escalated) / ROWS, 4)
-    assert f"cascade:       {len(escalated)} of {ROWS} rows escalated" in ran.stdout
+    assert summary["cascade"]["escalation_rate"] == round(len(escalated) / (ROWS - 1), 4)
+    assert summary["error_rows"] == 1
+    assert f"cascade:       {len(escalated)} of {ROWS - 1} rows escalated" in ran.stdout
     assert f"answered by:   {SMALL} {len(kept)}, {BIG} {len(escalated)}" in ran.stdout
 
     # A pilot's escalation rate is what plan reads for a full run.
@@ -107,7 +117,7 @@ def test_retry_runs_the_cascade_again_on_the_rows_it_redoes(folder):
                      "--set", "sampling.max_tokens=1", "--set", "stop_loss.failure_rate=null",
                      "--output", "out/retried", cwd=folder)
     assert failed.returncode == 0, failed.stdout + failed.stderr
-    first = pd.read_parquet(folder / "out" / "retried")
+    first = pd.read_parquet(folder / "out" / "retried").set_index("Index").drop(BLANK)
     assert first["error"].str.startswith("truncated").all()
     # The small model failed the check on every row, so the big one had them all.
     assert (first["answered_by"] == BIG).all()
@@ -115,7 +125,9 @@ def test_retry_runs_the_cascade_again_on_the_rows_it_redoes(folder):
     retried = toolkit("retry", "out/retried", "--set", "sampling.max_tokens=16", cwd=folder)
     assert retried.returncode == 0, retried.stdout + retried.stderr
     rows = pd.read_parquet(folder / "out" / "retried").set_index("Index")
-    assert len(rows) == ROWS and rows.index.is_unique and rows["error"].isna().all()
+    assert len(rows) == ROWS and rows.index.is_unique
+    assert rows["error"].notna().tolist() == (rows.index == BLANK).tolist()
+    rows = rows.drop(BLANK)
     assert set(rows["answered_by"]) == {SMALL, BIG}
     kept = rows[rows["answered_by"] == SMALL]
     assert (kept["inferred_industry_confidence"] >= threshold).all()
