@@ -100,6 +100,10 @@ def test_a_cascade_keeps_the_sure_rows_and_escalates_the_rest(folder):
     assert f"cascade:       {len(escalated)} of {ROWS - 1} rows escalated" in ran.stdout
     assert f"answered by:   {SMALL} {len(kept)}, {BIG} {len(escalated)}" in ran.stdout
 
+    # The report shows who answered as a result column, with its counts.
+    report = (folder / "out" / "cascade" / "_report.html").read_text()
+    assert '<th class="out">answered_by</th>' in report and "<h3>answered_by</h3>" in report
+
     # A pilot's escalation rate is what plan reads for a full run.
     planned = toolkit("plan", "text-industry", "--smoke", "--rows", "1M", "--cascade-model",
                       SMALL, "--escalate-below", str(threshold), "--from-run", "out/cascade",
