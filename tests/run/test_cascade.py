@@ -254,3 +254,35 @@ def test_a_resume_may_resize_the_small_models_pool_but_not_change_it_or_its_thre
         assert results_fingerprint(load_job_spec(JOB, smoke=True, sets=[*cascade, decisive])) \
             != base, decisive
     assert results_fingerprint(load_job_spec(JOB, smoke=True)) != base
+
+
+def test_the_progress_line_counts_the_rows_each_model_answered_as_they_are_written(tmp_path):
+    import pyarrow.parquet as pq
+
+    from toolkit.run.output.run_directory import RunDirectory
+    from toolkit.run.progress.display import format_progress
+    from toolkit.run.progress.sources import WrittenRows
+
+    spec = load_job_spec(JOB, smoke=True, overrides={"data.output": str(tmp_path / "out")},
+                         sets=["cascade.model=sample:tiny-chat-small"])
+    run_dir = RunDirectory(str(tmp_path / "out"))
+    run_dir.prepare(spec, overwrite=False, resumable=True)
+    write_id = run_dir.begin_write()
+    for part, answered in enumerate(([SMALL, SMALL, BIG], [SMALL, None])):
+        pq.write_table(pa.table({
+            "Index": [f"{part}-{i}" for i in range(len(answered))],
+            "answered_by": pa.array(answered, pa.string()),
+            "failed_checks": pa.nulls(len(answered), pa.string()),
+            "error": pa.array([None if a else "preprocess: blank" for a in answered],
+                              pa.string())}),
+            tmp_path / "out" / f"part-{write_id}_a_00000{part}-0.parquet")
+    counts = WrittenRows(run_dir, "parquet")()
+    assert (counts.rows, counts.errors, counts.answered) == (5, 1, ((BIG, 1), (SMALL, 3)))
+
+    from toolkit.run.progress.model import Progress
+
+    line = format_progress(Progress(rows_done=5, rows_total=10, error_rows=1,
+                                    rows_per_second=1.0, eta_seconds=5.0,
+                                    answered_by=counts.answered), interactive=False)
+    assert line == ("Progress: 5/10 rows (50%), 1.0 rows/s, ETA 5s, 1 error, answered by "
+                    "tiny-chat 1, tiny-chat-small 3")
