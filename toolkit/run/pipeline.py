@@ -18,9 +18,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import StageInputs, apply_engine
 from toolkit.redaction import redact
-from toolkit.run.input.checks import check_written_columns
-from toolkit.run.input.formats import run_format
-from toolkit.run.input.reading import check_required_columns
 from toolkit.run.cascade_rows import (
     cascade_columns,
     first_answers_fields,
@@ -29,6 +26,9 @@ from toolkit.run.cascade_rows import (
     settle_cascade,
     transit_fields,
 )
+from toolkit.run.input.checks import check_written_columns
+from toolkit.run.input.formats import run_format
+from toolkit.run.input.reading import check_required_columns
 from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.model_stages import (
     between_stages_schema,
