@@ -65,3 +65,16 @@ def test_an_all_null_batch_still_has_the_output_types():
     )
     assert table.schema == SCHEMA
     assert table.schema.field("inferred_industry").type == pa.string()
+
+
+def test_a_cascade_writes_who_answered_and_the_small_models_answer_after_the_results():
+    from toolkit.run.cascade_rows import cascade_columns
+
+    schema = output_schema(INPUT, {**RESULT_COLUMNS, **cascade_columns(RESULT_COLUMNS)},
+                           checked=True)
+    assert schema.names == ["Index", "Company", "inferred_industry",
+                            "inferred_industry_confidence", "answered_by",
+                            "inferred_industry_first", "inferred_industry_first_confidence",
+                            "finish_reason", "failed_checks", "num_input_tokens",
+                            "num_generated_tokens", "error"]
+    assert schema.field("inferred_industry_first_confidence").type == pa.float64()

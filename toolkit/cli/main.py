@@ -222,8 +222,14 @@ def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str
         # Under -v Ray draws its own bars, so ours is a plain line now and then.
         live = out.isatty() and not verbose
         display = ProgressDisplay(out, interactive=live, plain_interval_s=plain_interval())
+        first = ""
+        if spec.cascade is not None:
+            below = (f" below {spec.cascade.escalate_below:g}"
+                     if spec.cascade.escalate_below is not None else "")
+            first = f" (after {spec.cascade.model}, escalating{below})"
         display.message(redact(f"Running {job_def.name} on {spec.engine.kind} with "
-                               f"{spec.engine.model}: {spec.data.input} -> {spec.data.output}"))
+                               f"{spec.engine.model}{first}: {spec.data.input} -> "
+                               f"{spec.data.output}"))
         if spec.uses_sample_model:
             display.message(SMOKE_WARNING)
         if log_file:

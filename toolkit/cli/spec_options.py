@@ -26,6 +26,8 @@ SPEC_FLAGS: dict[str, str] = {
     "accelerator": "engine.accelerator_type",
     "strict": "strict",
     "served_model_names": "options.served_model_names",
+    "cascade_model": "cascade.model",
+    "escalate_below": "cascade.escalate_below",
 }
 
 
@@ -66,6 +68,14 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="openai-batch: a name the request lines' body.model may give for "
                           "the model (repeatable, as vLLM's); lines naming another model "
                           "are error lines (404). Default: the --model as given."),
+        click.option("--cascade-model", metavar="SMALL",
+                     help="Small model first: SMALL answers every row, and only the rows "
+                          "it is unsure of (see --escalate-below), that fail a check or that "
+                          "it errors on go on to --model. Its engine settings follow "
+                          "engine's unless cascade.* sets them."),
+        click.option("--escalate-below", type=float, metavar="CONFIDENCE",
+                     help="With --cascade-model: a row whose answer's confidence is under "
+                          "this (0-1] goes on to the big model."),
         click.option("--smoke", is_flag=True,
                      help="Offline check: generated input and a tiny random-weight model on "
                           "one CPU worker (results are not meaningful)."),

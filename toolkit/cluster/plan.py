@@ -61,6 +61,7 @@ from toolkit.run.prompt_tokens import (
     chat_stage,
     earlier_results,
 )
+from toolkit.spec.cascade import CASCADE_FIELD
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import MAIN_STAGE, SAMPLE_PREFIX, DataConfig, JobSpec
@@ -656,6 +657,9 @@ def _pilot_section(pilot_spec: dict[str, Any], path: str) -> dict[str, Any]:
     """The pilot spec's engine section of stage ``path`` (``{}`` when it had none)."""
     if path == MAIN_STAGE:
         return pilot_spec.get(MAIN_STAGE) or {}
+    if path == CASCADE_FIELD:  # only what the cascade set itself: the rest is engine's
+        return {key: value for key, value in (pilot_spec.get(CASCADE_FIELD) or {}).items()
+                if value is not None}
     return (pilot_spec.get("stages") or {}).get(path.split(".", 1)[1]) or {}
 
 
@@ -707,6 +711,12 @@ def _pilot_notes(summary: Any, pilot_spec: dict[str, Any],
             if key in section and section[key] != ours:
                 notes.append(f"The pilot run used {label} {section[key]!r}, this plan "
                              f"{ours!r}: its throughput may not carry over.")
+    cascade = getattr(summary, "cascade", None)
+    if cascade is not None:
+        notes.append(f"The pilot's cascade sent {cascade.escalation_rate:.1%} of its rows "
+                     f"on to {cascade.big_model} (confidence under "
+                     f"{cascade.escalate_below}); a full run on rows like these sends about "
+                     "as many, and the rest never reach it.")
     if summary.smoke:
         notes.append("The pilot was a smoke run (tiny random-weight model): its throughput "
                      "says nothing about a real model.")

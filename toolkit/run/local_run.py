@@ -262,9 +262,7 @@ def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list
                 "Set --concurrency to choose.")
     if not updates:
         return spec, []
-    stages = {name: updates.get(f"stages.{name}", stage) for name, stage in spec.stages.items()}
-    return spec.model_copy(update={"engine": updates.get("engine", spec.engine),
-                                   "stages": stages}), notices
+    return spec.with_engines(updates), notices
 
 
 def engine_died_error(exc: BaseException, spec: JobSpec,

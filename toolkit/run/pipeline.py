@@ -18,6 +18,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit.engines import StageInputs, apply_engine
 from toolkit.redaction import redact
+from toolkit.run.cascade_rows import (
+    cascade_columns,
+    first_answers_fields,
+    mark_reached,
+    route_first_answers,
+    settle_cascade,
+    transit_fields,
+)
 from toolkit.run.input.checks import check_written_columns
 from toolkit.run.input.formats import run_format
 from toolkit.run.input.reading import check_required_columns
@@ -382,6 +390,7 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
     options, spec = plan.options, plan.spec
     dropped = plan.dropped_columns
     results: dict[str, str] = {}
+    small = next((s for s in plan.stages if s.cascade is not None), None)
     for index, planned in enumerate(plan.stages):
         stage, contract = planned.definition, planned.contract
         if contract.chat:
@@ -399,12 +408,15 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
             ds = prepare_stage_rows(ds, prepare, {
                 "preprocess": stage.preprocess, "options": options, **kwargs,
             }, after_earlier_stage=index > 0)
+        if planned is small:
+            ds = ds.map_batches(mark_reached, batch_size=None, batch_format="pyarrow",
+                                zero_copy_batch=True)
         ds = apply_engine(ds, planned.engine, StageInputs(
             multimodal=stage.multimodal, samples=plan.samples, options=options))
         results.update(planned.results)
         last = index == len(plan.stages) - 1
-        checked = last and contract.chat
-        ds = ds.map_batches(finish_batch, fn_kwargs={
+        checked = (last or planned is small) and contract.chat
+        finish = {
             "postprocess": stage.postprocess,
             "options": options,
             "schema": output_schema(input_schema, results, dropped, checked) if last
@@ -414,8 +426,59 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
             "strict_id_column": plan.data.id_column if spec.strict else None,
             "checks": row_checks(spec, plan.job) if checked else None,
             "postprocess_batch": stage.postprocess_batch,
-        }, batch_format="pyarrow")
+        }
+        if planned is small:
+            schema = output_schema(input_schema, results, checked=checked)
+            ds = ds.map_batches(finish_first_answers, fn_kwargs={
+                **finish, "strict_id_column": None,
+                "schema": pa_schema_with(schema, first_answers_fields()),
+                "routing": {"results": dict(planned.results),
+                            "escalate_below": planned.cascade.escalate_below},
+            }, batch_format="pyarrow")
+        elif last and small is not None:
+            written = output_schema(input_schema, {**results, **cascade_columns(planned.results)},
+                                    dropped, checked)
+            ds = ds.map_batches(finish_escalated_rows, fn_kwargs={
+                **finish, "strict_id_column": None,
+                "schema": pa_schema_with(written, transit_fields()),
+                "settling": {"results": dict(planned.results), "schema": written,
+                             "small_model": small.engine.model,
+                             "big_model": planned.engine.model},
+                "strict_after": finish["strict_id_column"],
+            }, batch_format="pyarrow")
+        else:
+            ds = ds.map_batches(finish_batch, fn_kwargs=finish, batch_format="pyarrow")
     return ds
+
+
+def pa_schema_with(schema: "pa.Schema", fields: Sequence["pa.Field"]) -> "pa.Schema":
+    """``schema`` with ``fields`` appended."""
+    import pyarrow as pa
+
+    return pa.schema([*schema, *fields])
+
+
+def finish_first_answers(batch: "pa.Table", routing: dict[str, Any],
+                         **finish: Any) -> "pa.Table":
+    """A cascade's small model's rows: finished and checked as the main stage's would
+    be, then routed (:func:`~toolkit.run.cascade_rows.route_first_answers`)."""
+    return route_first_answers(finish_batch(batch, **finish), **routing)
+
+
+def finish_escalated_rows(batch: "pa.Table", settling: dict[str, Any],
+                          strict_after: str | None, **finish: Any) -> "pa.Table":
+    """The main stage's rows after a cascade: finished, then settled as the output has
+    them (:func:`~toolkit.run.cascade_rows.settle_cascade`); ``--strict`` judges the
+    settled rows, since a kept row passes the main stage marked as skipped."""
+    settled = settle_cascade(finish_batch(batch, **finish), **settling)
+    if strict_after is not None:
+        errors = settled.column(ERROR_COLUMN).to_pylist()
+        first = next((i for i, error in enumerate(errors) if error is not None), None)
+        if first is not None:
+            row_id = settled.column(strict_after)[first].as_py()
+            raise StrictModeError(
+                f"--strict: row {strict_after}={row_id!r} failed: {errors[first]}")
+    return settled
 
 
 def ship_job_code_by_value(job: JobDefinition[Any]) -> None:

@@ -64,7 +64,9 @@ def preflight(
     check_written_columns(job, spec)  # a result column named like the id column
     options = job.options_of(spec)
     stages = plan_stages(job, spec, options)
-    clashes = clashing_result_columns([(stage.name, stage.results) for stage in stages])
+    # A cascade's small model writes the main stage's columns: it answers first.
+    clashes = clashing_result_columns([(stage.name, stage.results) for stage in stages
+                                       if stage.cascade is None])
     if clashes:
         raise SpecError(f"Job {job.name}: two model stages write the same result column: "
                         f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")

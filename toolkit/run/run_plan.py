@@ -17,6 +17,7 @@ from typing import Any
 
 from toolkit.run.output.run_directory import RunDirectory, RunState
 from toolkit.run.output.writer_lock import WriterLock
+from toolkit.spec.cascade import CASCADE_FIELD, CascadeConfig
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import MAIN_STAGE, DataConfig, JobSpec
@@ -45,16 +46,30 @@ class PlannedStage:
     results: Mapping[str, str]
     required: tuple[str, ...]
     structured_output: dict[str, Any] | None
+    #: Set on a cascade's small-model stage: it answers the main stage's rows first,
+    #: and this decides which go on to the main stage.
+    cascade: CascadeConfig | None = None
 
     @property
     def name(self) -> str:
-        return self.definition.name
+        return CASCADE_FIELD if self.cascade is not None else self.definition.name
 
 
 def plan_stages(job: JobDefinition[Any], spec: JobSpec, options: Any) -> tuple[PlannedStage, ...]:
-    """The job's model stages in the order rows go through them, each with its engine."""
+    """The job's model stages in the order rows go through them, each with its engine;
+    with a cascade, its small model's stage just before the main one."""
     planned = []
     for stage in job.stages:
+        if stage.name == MAIN_STAGE and spec.cascade is not None:
+            small = spec.cascade_engine
+            assert small is not None
+            contract = TASK_CONTRACTS[small.task]
+            planned.append(PlannedStage(
+                definition=stage, engine=small, field=CASCADE_FIELD, contract=contract,
+                results=dict(stage.result_columns(options)),
+                required=tuple(stage.required_columns(options)),
+                structured_output=stage.structured_output(options) if contract.chat else None,
+                cascade=spec.cascade))
         engine = spec.stage_engine(stage.name)
         contract = TASK_CONTRACTS[engine.task]
         planned.append(PlannedStage(
@@ -120,11 +135,7 @@ class RunPlan:
             return self
         stages = tuple(dataclasses.replace(stage, engine=engines.get(stage.field, stage.engine))
                        for stage in self.stages)
-        sections = {name: engines.get(f"stages.{name}", section)
-                    for name, section in self.spec.stages.items()}
-        spec = self.spec.model_copy(update={"engine": engines.get("engine", self.spec.engine),
-                                            "stages": sections})
-        return dataclasses.replace(self, spec=spec, stages=stages)
+        return dataclasses.replace(self, spec=self.spec.with_engines(engines), stages=stages)
 
     def release(self) -> None:
         """The run is over (done, failed or stopped): another run may write the folder."""

@@ -24,10 +24,11 @@ TASK_MODELS = ("tiny-classifier", "tiny-encoder", "tiny-image-classifier", "tiny
 
 class BuiltinSamples:
     """``sample:customers``, ``sample:images``, ``sample:reviews``, ``sample:accounts``;
-    ``sample:tiny-chat``, ``sample:tiny-vision`` and the tiny task models."""
+    ``sample:tiny-chat`` (and ``sample:tiny-chat-small``, a cascade's small model),
+    ``sample:tiny-vision`` and the tiny task models."""
 
     input_names = ("customers", "images", "reviews", "accounts")
-    model_names = ("tiny-chat", "tiny-vision", *TASK_MODELS)
+    model_names = ("tiny-chat", "tiny-chat-small", "tiny-vision", *TASK_MODELS)
     default_rows = {"customers": DEFAULT_SAMPLE_ROWS, "images": DEFAULT_SAMPLE_IMAGES,
                     "reviews": DEFAULT_SAMPLE_ROWS, "accounts": DEFAULT_SAMPLE_ROWS}
 
@@ -58,10 +59,10 @@ class BuiltinSamples:
         raise ValueError(f"no sample input {name!r}")
 
     def model_path(self, name: str) -> str:
-        if name == "tiny-chat":
+        if name in ("tiny-chat", "tiny-chat-small"):
             from toolkit.samples.tiny_model import tiny_chat_model_path
 
-            return str(tiny_chat_model_path())
+            return str(tiny_chat_model_path(shape=name))
         if name == "tiny-vision":
             from toolkit.samples.tiny_vision_model import tiny_vision_model_path
 

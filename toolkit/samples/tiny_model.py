@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BOS_TOKEN",
+    "CHAT_SHAPES",
     "CHAT_TEMPLATE",
     "EOS_TOKEN",
     "INIT_STD",
@@ -160,12 +161,25 @@ def sample_cache_dir() -> pathlib.Path:
     return pathlib.Path.home() / ".cache" / "batch-llm-toolkit"
 
 
-def tiny_chat_model_path(seed: int = 0) -> pathlib.Path:
-    """Path of the cached tiny chat model for ``seed``, building it first if needed."""
-    return build_tiny_chat_model(sample_cache_dir() / "models" / f"tiny-chat-seed{seed}", seed)
+#: The tiny chat models' shapes, by sample name: ``tiny-chat-small`` is the small
+#: model of a cascade's smoke run (same tokenizer, fewer and narrower layers).
+CHAT_SHAPES: dict[str, dict[str, int]] = {
+    "tiny-chat": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+                  "num_attention_heads": 2},
+    "tiny-chat-small": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                        "num_attention_heads": 1},
+}
 
 
-def build_tiny_chat_model(directory: str | os.PathLike[str], seed: int = 0) -> pathlib.Path:
+def tiny_chat_model_path(seed: int = 0, shape: str = "tiny-chat") -> pathlib.Path:
+    """Path of the cached tiny chat model of ``shape`` for ``seed``, building it first
+    if needed."""
+    return build_tiny_chat_model(sample_cache_dir() / "models" / f"{shape}-seed{seed}", seed,
+                                 shape)
+
+
+def build_tiny_chat_model(directory: str | os.PathLike[str], seed: int = 0,
+                          shape: str = "tiny-chat") -> pathlib.Path:
     """Build the tiny random-weight chat model and its tokenizer into ``directory``.
 
     Returns ``directory`` as a path. If it already holds a complete build for
@@ -180,11 +194,13 @@ def build_tiny_chat_model(directory: str | os.PathLike[str], seed: int = 0) -> p
     a build of this function, or was built for another seed (nothing there is
     deleted).
     """
-    marker = {"format": _FORMAT_VERSION, "seed": seed}
+    marker: dict[str, object] = {"format": _FORMAT_VERSION, "seed": seed}
+    if shape != "tiny-chat":  # the first shape's builds predate shapes
+        marker["shape"] = shape
     return build_once(
         pathlib.Path(directory),
         marker,
-        lambda staging: _build_into(staging, seed),
+        lambda staging: _build_into(staging, seed, shape),
         replace_older_formats=True,
     )
 
@@ -231,21 +247,20 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_llama_config(
-    tokenizer: PreTrainedTokenizerFast, initializer_range: float = INIT_STD
+    tokenizer: PreTrainedTokenizerFast, initializer_range: float = INIT_STD,
+    shape: str = "tiny-chat",
 ) -> LlamaConfig:
-    """The tiny Llama decoder's config: 2 layers, hidden size 128, vocabulary of ``tokenizer``.
+    """The tiny Llama decoder's config (:data:`CHAT_SHAPES`; ``tiny-chat``: 2 layers,
+    hidden size 128), vocabulary of ``tokenizer``.
 
-    head_dim = 128 / 2 = 64: a size every attention kernel (FlashAttention,
+    head_dim = 64 in every shape: a size every attention kernel (FlashAttention,
     FlashInfer, SDPA) supports, so GPU engines can serve the model too.
     """
     from transformers import LlamaConfig
 
     return LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        **CHAT_SHAPES[shape],
         num_key_value_heads=1,
         max_position_embeddings=MAX_POSITION_EMBEDDINGS,
         tie_word_embeddings=True,
@@ -382,9 +397,10 @@ def _training_corpus() -> list[str]:
     return lines
 
 
-def _build_into(directory: pathlib.Path, seed: int) -> None:
+def _build_into(directory: pathlib.Path, seed: int, shape: str = "tiny-chat") -> None:
     from transformers import LlamaForCausalLM
 
     tokenizer = build_tokenizer()
-    model = seeded_model(LlamaForCausalLM, tiny_llama_config(tokenizer), tokenizer, seed)
+    model = seeded_model(LlamaForCausalLM, tiny_llama_config(tokenizer, shape=shape),
+                         tokenizer, seed)
     save_tiny_model(directory, model, tokenizer)

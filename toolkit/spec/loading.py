@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from toolkit.errors import SpecError
 from toolkit.redaction import redact
 from toolkit.spec.bounded_yaml import YamlTooLarge, load_bounded
+from toolkit.spec.cascade import cascade_problems
 from toolkit.spec.engine_settings import other_kinds_settings
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
@@ -205,6 +206,15 @@ def validate_spec(job: JobDefinition[Any], data: Mapping[str, Any], source: str)
             format_validation_error(exc, source), hint=hint,
         ) from None
     check_user_classes(job, spec)
+    if spec.cascade is not None:
+        from toolkit.spec.row_contract import TASK_CONTRACTS
+
+        problems = cascade_problems(
+            spec.cascade, spec.engine, job.name,
+            job.main_stage.result_columns(job.options_of(spec)),
+            chat=TASK_CONTRACTS[spec.engine.task].chat)
+        if problems:
+            raise SpecError("\n".join([f"Invalid spec for {source}:", *problems]), hint=hint)
     return spec
 
 

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, SerializeAsAny, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
+from toolkit.spec.cascade import CASCADE_FIELD, CascadeConfig, cascade_engine
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.jobs.job_names import job_name_problem
 from toolkit.spec.quality import ChecksConfig, StopLossConfig
@@ -242,6 +252,18 @@ class JobSpec(StrictModel):
             "the later stages skip."
         ),
     )
+    # Left out of dumps while unset, so specs without one keep their hash.
+    cascade: CascadeConfig | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description=(
+            "Small model first: cascade.model answers every row, and only the rows whose "
+            "answer's confidence is under cascade.escalate_below, that fail a check or "
+            "that it errored on go on to engine.model. Every engine setting engine has "
+            "(kind, batch_size, concurrency, num_cpus, accelerator_type, engine_kwargs) "
+            "may be set here for the small model; unset ones follow engine's."
+        ),
+    )
     sampling: SamplingConfig
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     # Both left out of dumps while they hold the defaults, so older specs keep their hash.
@@ -275,12 +297,55 @@ class JobSpec(StrictModel):
             raise ValueError(problem)
         return value
 
+    @field_validator("cascade")
+    @classmethod
+    def _a_stage_in_front_of_engine(cls, value: CascadeConfig | None,
+                                    info: ValidationInfo) -> CascadeConfig | None:
+        """The small model's section, merged over ``engine``'s, is an engine section."""
+        engine = info.data.get("engine")
+        if value is None or not isinstance(engine, EngineSettings):
+            return value
+        try:
+            cascade_engine(engine, value)
+        except ValidationError as exc:
+            raise ValueError("; ".join(
+                f"{'.'.join(str(p) for p in item['loc']) or 'the section'}: "
+                f"{item['msg'].removeprefix('Value error, ')}" for item in exc.errors()
+            )) from None
+        return value
+
+    @property
+    def cascade_engine(self) -> EngineSettings | None:
+        """The cascade's small model's engine section (``engine``'s settings under its
+        own), or None without a cascade."""
+        return None if self.cascade is None else cascade_engine(self.engine, self.cascade)
+
     @property
     def model_stages(self) -> list[tuple[str, EngineSettings]]:
         """Every model stage's engine section with its spec path, in the order rows go
-        through them: ``stages.NAME`` sections, then ``engine`` (the main, last one)."""
+        through them: ``stages.NAME`` sections, the cascade's small model, then
+        ``engine`` (the main, last one)."""
+        small = self.cascade_engine
         return [*((f"stages.{name}", stage) for name, stage in self.stages.items()),
+                *([(CASCADE_FIELD, small)] if small is not None else []),
                 ("engine", self.engine)]
+
+    def with_engines(self, engines: Mapping[str, EngineSettings]) -> "JobSpec":
+        """The spec with some model stages' engine sections replaced, by spec path
+        (``engine``, ``stages.NAME``, ``cascade``: its pool and batch settings)."""
+        if not engines:
+            return self
+        update: dict[str, object] = {
+            "engine": engines.get("engine", self.engine),
+            "stages": {name: engines.get(f"stages.{name}", section)
+                       for name, section in self.stages.items()}}
+        small = engines.get(CASCADE_FIELD)
+        if small is not None and self.cascade is not None:
+            update["cascade"] = self.cascade.model_copy(update={
+                "batch_size": small.batch_size, "num_cpus": small.num_cpus,
+                "concurrency": (f"{small.min_concurrency}-{small.concurrency}"
+                                if small.min_concurrency is not None else small.concurrency)})
+        return self.model_copy(update=update)
 
     def stage_engine(self, name: str) -> EngineSettings:
         """The engine section of the job's stage ``name`` (:data:`MAIN_STAGE`: ``engine``)."""

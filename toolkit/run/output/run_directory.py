@@ -104,6 +104,10 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "engine.retry_wait_s",
     "engine.api_key_env",
     "engine.headers_from_env",
+    # a cascade's small model: its pool, as engine's
+    "cascade.batch_size",
+    "cascade.concurrency",
+    "cascade.num_cpus",
     "compute",
     "strict",
     "stop_loss",
@@ -154,8 +158,9 @@ def results_fingerprint(spec: JobSpec) -> str:
         for dotted in RESULT_NEUTRAL_FIELDS:
             if dotted.startswith("engine."):
                 stage.pop(dotted.removeprefix("engine."), None)
-    for section in (decisive.get("engine", {}), *decisive.get("stages", {}).values()):
-        kwargs = section.get("engine_kwargs", {})
+    for section in (decisive.get("engine", {}), *decisive.get("stages", {}).values(),
+                    decisive.get("cascade") or {}):
+        kwargs = section.get("engine_kwargs") or {}
         for name in RESULT_NEUTRAL_ENGINE_KWARGS:
             kwargs.pop(name, None)
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from toolkit.redaction import redact
 from toolkit.run.output.run_directory import REPORT_FILE, SUMMARY_FILE, Manifest, RunDirectory
 from toolkit.run.row_checks import CONFIDENCE_SUFFIX
+from toolkit.spec.cascade import ANSWERED_BY_COLUMN
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN
 
 if TYPE_CHECKING:
@@ -61,6 +62,21 @@ class Attempt(BaseModel):
                                description="Spec fields this attempt changed from the one before.")
     only: list[str] | None = Field(None, description="retry --only: the checks it redid.")
     started: str | None = None
+
+
+class CascadeSummary(BaseModel):
+    """Small model first: who answered the rows, and how many went on to the big model."""
+
+    small_model: str
+    big_model: str
+    escalate_below: float | None
+    answered_by: dict[str, int] = Field(
+        description="Rows by the model whose answer (or error) they carry: the small one "
+        "for the rows it kept, the big one for the rows escalated to it.")
+    escalated: int = Field(description="Rows the small model sent on to the big one.")
+    escalation_rate: float = Field(
+        description="escalated / the rows the small model answered (what a full run "
+        "sends to the big model).")
 
 
 class RunSummary(BaseModel):
@@ -124,6 +140,8 @@ class RunSummary(BaseModel):
         default_factory=dict, description="Result columns whose answer is held to a "
         "declared list (a stage's structured_output choice): column -> the choices, in "
         "the declared order, so a report shows the ones no row got.")
+    cascade: CascadeSummary | None = Field(
+        None, description="A cascade's rows answered by each model and its escalation rate.")
     attempts: list[Attempt] = Field(
         default_factory=list, description="The first run and each retry, oldest first "
         "(empty for a run never retried).")
@@ -169,9 +187,9 @@ def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
 
 def stage_summaries(spec: "JobSpec") -> list[StageSummary]:
     """Each model stage's engine section, earlier stages first; [] for a one-stage job."""
-    if not spec.stages:
-        return []
     named = spec.model_stages
+    if len(named) < 2:
+        return []
     return [StageSummary(
         name=name, task=e.task, kind=e.kind, model=e.model, workers=e.concurrency,
         min_workers=e.pool_size[0], batch_size=e.batch_size, num_cpus=e.num_cpus,
@@ -292,6 +310,7 @@ def summarize_output(
         figures=figures,
         **quality,
         choices=declared_choices(job, options),
+        cascade=cascade_summary(dataset, spec),
         attempts=attempts or [],
         notes=notes,
         samples=good.to_pylist(),
@@ -300,6 +319,25 @@ def summarize_output(
     )
     run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
     return summary
+
+
+def cascade_summary(dataset: Any, spec: "JobSpec") -> CascadeSummary | None:
+    """Rows answered by each model of a cascade, from the output's ``answered_by``."""
+    import pyarrow.compute as pc
+
+    if spec.cascade is None or ANSWERED_BY_COLUMN not in dataset.schema.names:
+        return None
+    small, big = spec.cascade.model, spec.engine.model
+    counts = {entry["values"]: int(entry["counts"]) for entry in pc.value_counts(
+        dataset.to_table(columns=[ANSWERED_BY_COLUMN])[ANSWERED_BY_COLUMN]
+        .drop_null()).to_pylist()}
+    answered = {small: counts.get(small, 0), big: counts.get(big, 0)}
+    reached = sum(answered.values())
+    return CascadeSummary(small_model=redact(small), big_model=redact(big),
+                          escalate_below=spec.cascade.escalate_below,
+                          answered_by={redact(k): v for k, v in answered.items()},
+                          escalated=answered[big],
+                          escalation_rate=round(answered[big] / reached, 4) if reached else 0.0)
 
 
 def declared_choices(job: "JobDefinition[Any]", options: Any) -> dict[str, list[str]]:
@@ -367,6 +405,7 @@ def answer_quality(dataset: Any, spec: "JobSpec", rows: int) -> dict[str, Any]:
     quality["confidence"] = {}
     for column in confidence_columns:
         values = table[column].drop_null()
+        values = values.filter(pc.invert(pc.is_nan(values)))  # no figure: not a confidence
         if not len(values):
             continue
         p10, median, p90 = pc.quantile(values, q=[0.1, 0.5, 0.9]).to_pylist()

@@ -85,6 +85,15 @@ def _quality_lines(summary: RunSummary) -> list[str]:
     for column, c in summary.confidence.items():
         lines.append(f"  confidence:    {column} median {c.median:.2f} "
                      f"(p10 {c.p10:.2f}, p90 {c.p90:.2f}, mean {c.mean:.2f})")
+    cascade = summary.cascade
+    if cascade is not None:
+        lines.append(f"  cascade:       {cascade.escalated:,} of "
+                     f"{sum(cascade.answered_by.values()):,} rows escalated "
+                     f"({cascade.escalation_rate:.1%}"
+                     + (f", confidence under {cascade.escalate_below:g}"
+                        if cascade.escalate_below is not None else "") + ")")
+        lines.append("  answered by:   " + ", ".join(
+            f"{model} {rows:,}" for model, rows in cascade.answered_by.items()))
     if len(summary.attempts) > 1:
         last = summary.attempts[-1]
         changed = f", changed {', '.join(last.changed)}" if last.changed else ""

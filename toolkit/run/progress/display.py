@@ -31,6 +31,7 @@ from toolkit.run.progress.model import (
     Clock,
     Progress,
     ProgressReporter,
+    answered_text,
     checks_text,
     format_duration,
     polling,
@@ -74,6 +75,9 @@ def format_progress(progress: Progress, interactive: bool, width: int = 80) -> s
     failed = checks_text(p.checks, p.rows_done)
     if errors and failed:
         errors = f"{errors} (failed checks: {failed})"
+    answered = answered_text(p.answered_by)
+    if errors and answered:
+        errors = f"{errors}, answered by {answered}"
     rate = f"{p.rows_per_second:,.1f} rows/s" if p.rows_per_second is not None else "? rows/s"
     if p.phase is not None:  # no row yet: rows/s and the ETA would say nothing
         rate, eta = p.phase, None

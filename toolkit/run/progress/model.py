@@ -54,6 +54,7 @@ class Progress:
         phase: What the run is doing while no row has come yet (``starting Ray``,
             ``reading the input``, ``loading the model``); None once rows come.
         checks: Rows that failed each check so far, by name (generate jobs).
+        answered_by: A cascade's rows so far by the model that answered them.
     """
 
     rows_done: int | None = None
@@ -66,6 +67,7 @@ class Progress:
     finished: bool = False
     phase: str | None = None
     checks: tuple[tuple[str, int], ...] | None = None
+    answered_by: tuple[tuple[str, int], ...] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The ``progress`` object of ``toolkit status --output json``."""
@@ -76,6 +78,7 @@ class Progress:
             "eta_seconds": self.eta_seconds,
             "source": self.source,
             "checks": dict(self.checks or ()),
+            **({"answered_by": dict(self.answered_by)} if self.answered_by else {}),
         }
 
     def describe(self) -> str:
@@ -93,6 +96,9 @@ class Progress:
         failed = checks_text(self.checks, self.rows_done)
         if failed:
             parts.append(f"failed checks: {failed}")
+        answered = answered_text(self.answered_by)
+        if answered:
+            parts.append(f"answered by {answered}")
         return ", ".join(parts)
 
 
@@ -152,12 +158,14 @@ class RowCounts:
         errors: Rows written with an error.
         failing: Rows that failed: an error or a failed check (the stop-loss's count).
         checks: Rows that failed each check, by check name (a row may fail several).
+        answered: A cascade's rows by the model that answered them (``answered_by``).
     """
 
     rows: int
     errors: int
     failing: int | None = None
     checks: tuple[tuple[str, int], ...] = ()
+    answered: tuple[tuple[str, int], ...] = ()
 
     @property
     def failed_rows(self) -> int:
@@ -167,13 +175,26 @@ class RowCounts:
         checks = dict(self.checks)
         for name, count in other.checks:
             checks[name] = checks.get(name, 0) + count
+        answered = dict(self.answered)
+        for model, count in other.answered:
+            answered[model] = answered.get(model, 0) + count
         return RowCounts(self.rows + other.rows, self.errors + other.errors,
-                         self.failed_rows + other.failed_rows, tuple(sorted(checks.items())))
+                         self.failed_rows + other.failed_rows, tuple(sorted(checks.items())),
+                         tuple(sorted(answered.items())))
 
 
 def row_counts(counted: "RowCounts | tuple[int, int]") -> RowCounts:
     """A counter's answer as :class:`RowCounts` (a plain ``(rows, errors)`` pair too)."""
     return counted if isinstance(counted, RowCounts) else RowCounts(*counted)
+
+
+def answered_text(answered: tuple[tuple[str, int], ...] | None) -> str | None:
+    """``tiny-chat-small 23, tiny-chat 17``: a cascade's rows by the model that answered
+    them, each model by the last part of its name; None without a cascade."""
+    if not answered:
+        return None
+    return ", ".join(f"{model.rstrip('/').rsplit('/', 1)[-1].removeprefix('sample:')} "
+                     f"{count:,}" for model, count in answered)
 
 
 def checks_text(checks: tuple[tuple[str, int], ...] | None, rows: int | None) -> str | None:
@@ -264,7 +285,7 @@ class ProgressReporter:
                         source="output", error_rows=errors,
                         elapsed_seconds=elapsed, finished=finished,
                         phase=self.phase if waiting else None,
-                        checks=counts.checks or None)
+                        checks=counts.checks or None, answered_by=counts.answered or None)
 
 
 def polling(look: Callable[[], None], interval_s: float, *,

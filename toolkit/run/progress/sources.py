@@ -29,6 +29,7 @@ from toolkit.run.input.formats import run_format
 from toolkit.run.input.reading import HF_PREFIX, input_format
 from toolkit.run.output.run_directory import RESULT_FILE_PREFIX, RunDirectory
 from toolkit.run.progress.model import Progress, RowCounts
+from toolkit.spec.cascade import ANSWERED_BY_COLUMN
 from toolkit.spec.models import DataConfig, JobSpec
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN
 from toolkit.spec.sample_sources import sample_name
@@ -185,8 +186,13 @@ def table_counts(table: "pa.Table") -> RowCounts:
     names = table.column_names
     errors = table.column(ERROR_COLUMN).null_count if ERROR_COLUMN in names else table.num_rows
     error_rows = table.num_rows - errors
+    answered: tuple[tuple[str, int], ...] = ()
+    if ANSWERED_BY_COLUMN in names:
+        answered = tuple(sorted(
+            (entry["values"], int(entry["counts"])) for entry in
+            pc.value_counts(table.column(ANSWERED_BY_COLUMN).drop_null()).to_pylist()))
     if FAILED_CHECKS_COLUMN not in names:
-        return RowCounts(table.num_rows, error_rows, error_rows)
+        return RowCounts(table.num_rows, error_rows, error_rows, (), answered)
     failed = table.column(FAILED_CHECKS_COLUMN)
     bad = pc.is_valid(failed)
     if ERROR_COLUMN in names:
@@ -196,16 +202,18 @@ def table_counts(table: "pa.Table") -> RowCounts:
         for name in text.split(","):
             checks[name] = checks.get(name, 0) + 1
     return RowCounts(table.num_rows, error_rows, int(pc.sum(bad).as_py() or 0),
-                     tuple(sorted(checks.items())))
+                     tuple(sorted(checks.items())), answered)
 
 
 def _parquet_counts(file: "pq.ParquetFile") -> RowCounts:
     """Rows and error rows from the footer (row count, the error column's null count);
-    a file with failed checks is read for them (two small columns)."""
+    a file with failed checks (or a cascade's answered_by) is read for them (a few
+    small columns)."""
     meta = file.metadata
     paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
-    if FAILED_CHECKS_COLUMN in paths:
-        columns = [c for c in (ERROR_COLUMN, FAILED_CHECKS_COLUMN) if c in paths]
+    if FAILED_CHECKS_COLUMN in paths or ANSWERED_BY_COLUMN in paths:
+        columns = [c for c in (ERROR_COLUMN, FAILED_CHECKS_COLUMN, ANSWERED_BY_COLUMN)
+                   if c in paths]
         return table_counts(file.read(columns=columns))
     if ERROR_COLUMN not in paths:
         return RowCounts(meta.num_rows, 0, 0)
@@ -224,7 +232,7 @@ def _read_text_table(stream: object, file_format: str) -> Any:
         import pyarrow.csv as pacsv
 
         return pacsv.read_csv(stream, convert_options=pacsv.ConvertOptions(
-            include_columns=[ERROR_COLUMN, FAILED_CHECKS_COLUMN],
+            include_columns=[ERROR_COLUMN, FAILED_CHECKS_COLUMN, ANSWERED_BY_COLUMN],
             include_missing_columns=True, strings_can_be_null=True))
     import pyarrow.json as pajson
 
@@ -269,4 +277,5 @@ class OutputRows:
             self._total = expected_rows(manifest.spec, self.sample_rows, run_dir=run_dir,
                                         inputs_here=self.inputs_here)
         return Progress(rows_done=counts.rows, rows_total=self._total,
-                        error_rows=counts.errors, source="output", checks=counts.checks or None)
+                        error_rows=counts.errors, source="output", checks=counts.checks or None,
+                        answered_by=counts.answered or None)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from toolkit.run.output.report.thumbnails import sample_thumbnails
 from toolkit.run.output.run_directory import SUMMARY_FILE, RunDirectory
 from toolkit.run.output.summary import TOKEN_COLUMNS, RunSummary
+from toolkit.spec.cascade import ANSWERED_BY_COLUMN
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN
 
 if TYPE_CHECKING:
@@ -179,12 +180,16 @@ def declared_choices(summary: RunSummary, spec: dict[str, Any]) -> dict[str, lis
 def _result_columns(summary: RunSummary, names: list[str], id_column: str) -> list[str]:
     """The job's result columns: those its summary's sample rows show (the id and the
     job's result columns), plus what engines add generically (token counts,
-    finish_reason, ``*_confidence``). Without sample rows (every row failed): all."""
+    finish_reason, ``*_confidence``; a cascade's ``answered_by`` and ``<column>_first``).
+    Without sample rows (every row failed): all."""
     shown = [c for row in summary.samples[:1] for c in row if c != id_column]
     if not shown:
         return [n for n in names if n not in (id_column, ERROR_COLUMN)]
+    # A cascade's: who answered, and the small model's overruled answers.
+    cascade = ({ANSWERED_BY_COLUMN, *(f"{c}_first" for c in shown)}
+               if summary.cascade is not None else set())
     extra = [n for n in names if n in TOKEN_COLUMNS or n == "finish_reason"
-             or n.endswith("_confidence")]
+             or n.endswith("_confidence") or n in cascade]
     return [n for n in names if n in shown or n in extra]
 
 
