@@ -237,10 +237,12 @@ def part_ids(out: Path, finished_files_only: bool = False) -> list[str]:
 
 
 def test_a_killed_driver_resumes_by_custom_id_without_duplicates():
-    rows = 60
+    # Blocks of 10 requests land one by one; the kill comes after the first, with
+    # eleven to go (on a busy machine blocks can land in bursts).
+    rows = 120
     ids = write_requests(Path("requests.jsonl"), rows, max_tokens=8)
     args = ["toolkit", "run", "openai-batch", "--input", "requests.jsonl", "--smoke",
-            "--output", "out", "--partitions", "6", "--batch-size", "10", *SERVED]
+            "--output", "out", "--partitions", "12", "--batch-size", "10", *SERVED]
     env = {**os.environ, "RAY_ADDRESS": ""}
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=env, start_new_session=True)

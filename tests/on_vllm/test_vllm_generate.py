@@ -167,7 +167,8 @@ def test_date_reformat_answers_match_the_pattern_vllm_was_given(tmp_path):
 
 
 def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
-    """Per-line max_tokens and temperature, and a JSON schema enforced while generating."""
+    """Per-line max_tokens and temperature, a JSON schema enforced while generating, and
+    a required tool call answered as one."""
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
               "required": ["city"], "additionalProperties": False}
     lines = []
@@ -181,8 +182,16 @@ def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
                 "type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
         lines.append({"custom_id": f"req-{i}", "method": "POST",
                       "url": "/v1/chat/completions", "body": body})
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"},
+                                         "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]}}}
+    tool_line = {"custom_id": "tool-1", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": "any", "max_tokens": 64, "tools": [weather],
+                          "tool_choice": "required",
+                          "messages": [{"role": "user", "content": "Weather in Oslo?"}]}}
     requests = tmp_path / "requests.jsonl"
-    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    requests.write_text("".join(json.dumps(line) + "\n" for line in [*lines, tool_line]))
     out = tmp_path / "batch"
     succeeded(toolkit_run("openai-batch", "--smoke", "--engine", "vllm", "--accelerator",
                           "none", "--input", str(requests), "--output", str(out),
@@ -192,7 +201,13 @@ def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
     for text in (out / "_batch_output.jsonl").read_text().splitlines():
         line = json.loads(text)
         answers[line["custom_id"]] = line
-    assert len(answers) == 12
+    assert len(answers) == 13
+    # A required tool call: vLLM's structured output holds it to the function's schema.
+    [choice] = answers.pop("tool-1")["response"]["body"]["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert set(json.loads(call["function"]["arguments"])) >= {"city", "unit"}
     for request in lines:
         answer = answers[request["custom_id"]]
         assert answer["error"] is None, answer
@@ -205,4 +220,4 @@ def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
         body = answers[custom_id]["response"]["body"]
         assert body["usage"]["completion_tokens"] == 1
         assert body["choices"][0]["finish_reason"] == "length"
-    assert pq.read_table(out).num_rows == 12
+    assert pq.read_table(out).num_rows == 13

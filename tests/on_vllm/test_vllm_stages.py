@@ -85,11 +85,9 @@ def test_a_killed_driver_resumes_on_vllm_with_every_row_once(tmp_path):
     assert sorted(int(i) for i in ids) == list(range(1, 301))
 
 
-def test_openai_batch_embeddings_and_tool_calls_on_vllm(tmp_path):
-    """An /v1/embeddings file on vLLM's pooling, and a required tool call held to its
-    function's schema by vLLM's structured outputs (not run by the author: written
-    without a vLLM to hand; the same files pass on transformers in
-    tests/test_openai_batch_conformance.py)."""
+def test_openai_batch_embeddings_on_vllm(tmp_path):
+    """An /v1/embeddings file on vLLM's pooling (a tool call on vLLM:
+    test_vllm_generate.py; both on transformers: tests/test_openai_batch_conformance.py)."""
     embeddings = tmp_path / "embeddings.jsonl"
     embeddings.write_text("".join(json.dumps({
         "custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
@@ -100,23 +98,24 @@ def test_openai_batch_embeddings_and_tool_calls_on_vllm(tmp_path):
     for text in (tmp_path / "emb" / "_batch_output.jsonl").read_text().splitlines():
         body = json.loads(text)["response"]["body"]
         assert body["object"] == "list" and len(body["data"][0]["embedding"]) == 64
+        assert body["usage"]["prompt_tokens"] > 0
 
-    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"},
-                                         "unit": {"enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"]}}}
-    tools = tmp_path / "tools.jsonl"
-    tools.write_text(json.dumps({
-        "custom_id": "t1", "method": "POST", "url": "/v1/chat/completions",
-        "body": {"model": "any", "max_tokens": 64, "tools": [weather],
-                 "tool_choice": "required",
-                 "messages": [{"role": "user", "content": "Weather in Oslo?"}]}}) + "\n")
-    succeeded(toolkit_run("openai-batch", "--smoke", "--engine", "vllm", "--accelerator",
-                          "none", "--input", str(tools), "--output", str(tmp_path / "tools"),
-                          "--served-model-name", "any"))
-    [line] = (tmp_path / "tools" / "_batch_output.jsonl").read_text().splitlines()
-    [choice] = json.loads(line)["response"]["body"]["choices"]
-    assert choice["finish_reason"] == "tool_calls"
-    [call] = choice["message"]["tool_calls"]
-    assert call["function"]["name"] == "get_weather"
-    assert set(json.loads(call["function"]["arguments"])) >= {"city", "unit"}
+
+def test_a_cascade_on_vllm_sends_only_the_unsure_rows_to_the_big_model(tmp_path):
+    """Small model first, on two vLLM engines (half a CPU each: both fit beside each
+    other on a small machine)."""
+    out = tmp_path / "cascade"
+    threshold = 0.06  # about the tiny small model's median confidence: both outcomes
+    succeeded(toolkit_run("text-industry", "--smoke", "--rows", "60", "--engine", "vllm",
+                          "--accelerator", "none", "--cascade-model", "sample:tiny-chat-small",
+                          "--escalate-below", str(threshold), "--set", "engine.num_cpus=0.5",
+                          "--set", "cascade.num_cpus=0.5", "--output", str(out)))
+    rows = list(read_rows(out, "Index").values())
+    assert sorted(int(row["Index"]) for row in rows) == list(range(1, 61))
+    kept = [row for row in rows if row["answered_by"] == "sample:tiny-chat-small"]
+    escalated = [row for row in rows if row["answered_by"] == "sample:tiny-chat"]
+    assert kept and escalated and len(kept) + len(escalated) == 60
+    assert all(row["inferred_industry_confidence"] >= threshold for row in kept)
+    assert all(row["inferred_industry_first_confidence"] < threshold for row in escalated)
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["cascade"]["escalated"] == len(escalated)

@@ -35,13 +35,14 @@ FINGERPRINTS = {
     ("embed", "vllm-cpu"): "0593bcc93dbdc0bc",
     ("image-classify", "default"): "a0bae8a6e629ec08",
     ("image-classify", "smoke"): "9ce01b5083f62c2f",
-    # openai-batch: a new spec when it turned its truncated check off, and again when
-    # its options gained served_model_names (which lines are answered, and as which
-    # model): a run staged before checked no line's model, so it doesn't resume.
-    ("openai-batch", "default"): "c2eec3865000129f",
-    ("openai-batch", "smoke"): "36a8628a7f20fb62",
-    ("openai-batch", "http"): "d5a379a9101f93ac",
-    ("openai-batch", "vllm-cpu"): "69e0b1911cedfab4",
+    # openai-batch: a new spec when it turned its truncated check off, again when its
+    # options gained served_model_names (which lines are answered, and as which model):
+    # a run staged before checked no line's model, so it doesn't resume; and again with
+    # the endpoint and tool calls (a new result column, tool_call: old files lack it).
+    ("openai-batch", "default"): "77d813771d403bca",
+    ("openai-batch", "smoke"): "c0ef3364af76eb1b",
+    ("openai-batch", "http"): "8d23589ae999e5d0",
+    ("openai-batch", "vllm-cpu"): "dcafa70ec91aaa90",
     ("review-triage", "default"): "0e620d09f5b80563",
     ("review-triage", "smoke"): "2479f9f54608eea5",
     ("review-triage", "http"): "2d59337e0cff3c03",
