@@ -1,15 +1,12 @@
-"""vLLM's pooling tasks (embed, classify), a vLLM chat stage after a classifier, and a
-killed driver resuming on vLLM: on vLLM's CPU backend, through the CLI."""
+"""vLLM's pooling tasks (embed, classify), a vLLM chat stage after a classifier, an
+embeddings batch file and a cascade of two vLLM engines: on vLLM's CPU backend, through
+the CLI. (A run stopped on vLLM and resumed with every row once: test_vllm_faults.py;
+a killed driver's resume is the engine's no matter: tests/faults/test_no_row_lost.py.)"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
 
-import pyarrow.parquet as pq
 from vllm_cli import read_rows, succeeded, toolkit_run
 
 #: The sample reviews hold one longer than the tiny encoders' 512 positions: vLLM
@@ -61,28 +58,6 @@ def test_review_triage_runs_its_chat_stage_on_vllm(tmp_path):
     for row in rows:
         if row["error"] is not None:  # failed in the classifier: the chat stage skipped it
             assert row["reply"] is None and row["num_generated_tokens"] is None
-
-
-def test_a_killed_driver_resumes_on_vllm_with_every_row_once(tmp_path):
-    out = tmp_path / "resumed"
-    # Sample rows come in blocks of about 256: the first block lands, then the kill.
-    args = ["--smoke", "--rows", "300", "--batch-size", "32", "--engine", "vllm",
-            "--accelerator", "none", "--output", str(out)]
-    proc = subprocess.Popen(["toolkit", "run", "text-industry", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True)
-    deadline = time.monotonic() + 400
-    while not list(out.glob("*.parquet")):
-        assert proc.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "no rows were written in time"
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
-    proc.wait(timeout=30)
-
-    result = succeeded(toolkit_run("text-industry", *args))
-    assert "Resumed:" in result.stdout
-    ids = pq.read_table(out, columns=["Index"])["Index"].to_pylist()
-    assert sorted(int(i) for i in ids) == list(range(1, 301))
 
 
 def test_openai_batch_embeddings_on_vllm(tmp_path):
