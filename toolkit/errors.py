@@ -31,6 +31,7 @@ These are plain exceptions, so the library works without click: only the CLI
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 from toolkit.redaction import redact
 
@@ -158,11 +159,16 @@ def toolkit_cause(exc: BaseException) -> ToolkitError | None:
     """The toolkit's own error that ``exc`` is or wraps, as it was raised (Ray and Ray
     Data wrap an error raised on a worker, and keep the original, hint and all, as
     ``cause``; Ray's wrapper may also pass for its class, without its fields)."""
+    return next((seen for seen in error_chain(exc)
+                 if isinstance(seen, ToolkitError) and "hint" in vars(seen)), None)
+
+
+def error_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it wraps, outermost first: Ray keeps a worker's error as
+    ``cause``, Python as ``__cause__``. Each error once (a chain may loop)."""
     seen: BaseException | None = exc
     visited: set[int] = set()
     while seen is not None and id(seen) not in visited:
         visited.add(id(seen))
-        if isinstance(seen, ToolkitError) and "hint" in vars(seen):
-            return seen
+        yield seen
         seen = getattr(seen, "cause", None) or seen.__cause__
-    return None

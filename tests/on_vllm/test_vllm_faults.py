@@ -88,8 +88,14 @@ def started_engines(out: Path) -> set[int]:
 
 
 def written_rows(out: Path) -> int:
-    files = list(out.glob("*.parquet"))
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files) if files else 0
+    """Rows in the run's finished result files (one still being written has no footer)."""
+    rows = 0
+    for path in out.glob("*.parquet"):
+        try:
+            rows += pq.read_metadata(path).num_rows
+        except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+            continue
+    return rows
 
 
 def engine_core_processes(run_pid: int) -> list[psutil.Process]:

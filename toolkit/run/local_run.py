@@ -15,6 +15,7 @@ from toolkit.errors import (
     RunInterruptedError,
     SpecError,
     debug_enabled,
+    error_chain,
     toolkit_cause,
 )
 from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory, RunState
@@ -273,14 +274,8 @@ def engine_died_error(exc: BaseException, spec: JobSpec,
     an engine worker past ``max_restarts`` (vLLM's, whose engine dies with it)."""
     from ray.exceptions import ActorDiedError
 
-    seen: BaseException | None = exc
-    visited: set[int] = set()
-    while seen is not None and id(seen) not in visited:
-        if isinstance(seen, ActorDiedError):
-            break
-        visited.add(id(seen))
-        seen = getattr(seen, "cause", None) or seen.__cause__
-    else:
+    died = next((seen for seen in error_chain(exc) if isinstance(seen, ActorDiedError)), None)
+    if died is None:
         return None
     bounds = [(field, getattr(engine, "restarts")) for field, engine in spec.model_stages
               if "max_restarts" in type(engine).model_fields]
@@ -288,7 +283,7 @@ def engine_died_error(exc: BaseException, spec: JobSpec,
         return None
     named = ", ".join(f"{field}.max_restarts {restarts}" for field, restarts in bounds)
     # Ray's text goes on with generic advice on the OOM killer and `ray stop`.
-    said = root_cause(seen).split(" Some common causes", 1)[0]
+    said = root_cause(died).split(" Some common causes", 1)[0]
     return EngineDiedError(
         f"A model engine worker died more often than Ray may restart it ({named}): "
         f"the run stopped. Ray's last word on it: {said}",
@@ -307,15 +302,11 @@ def root_cause(exc: BaseException) -> str:
     ``SomeError: message``, skipping Ray's generic wrappers.
     """
     candidates: list[str] = []
-    seen: BaseException | None = exc
-    visited: set[int] = set()
-    while seen is not None and id(seen) not in visited:
-        visited.add(id(seen))
+    for seen in error_chain(exc):
         for line in str(seen).splitlines():
             line = line.strip()
             if _ERROR_LINE.match(line) and not line.startswith(_RAY_WRAPPERS):
                 candidates.append(line)
-        seen = getattr(seen, "cause", None) or seen.__cause__
     if candidates:
         line = candidates[-1]
         return line if len(line) <= 400 else line[:397] + "..."
