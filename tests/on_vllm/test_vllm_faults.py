@@ -72,6 +72,9 @@ def killed_engine_run(tmp_path_factory: pytest.TempPathFactory) -> KilledEngineR
         stdout, stderr = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
+            # vLLM's engines are not in the run's process group (see engine_core_processes).
+            for engine in engine_core_processes(proc.pid):
+                engine.send_signal(signal.SIGKILL)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
     stopped = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
