@@ -66,10 +66,10 @@ def wait_for_rows(out: Path, proc: subprocess.Popen, at_least: int, timeout: flo
 def settled_row_count(out: Path, id_column: str, quiet_s: float = 3.0) -> int:
     """Distinct ids written, once no file has come for ``quiet_s``: a write task of the
     killed run can still be finishing its file a moment after the driver is gone."""
-    counts = [len(set(output_ids(out, id_column)))]
+    counts = [len(set(whole_files_ids(out, id_column)))]
     while len(counts) < quiet_s or len(set(counts[-int(quiet_s):])) > 1:
         time.sleep(1)
-        counts.append(len(set(output_ids(out, id_column))))
+        counts.append(len(set(whole_files_ids(out, id_column))))
         assert len(counts) < 60, f"files kept coming after the kill: {counts}"
     return counts[-1]
 
@@ -81,6 +81,18 @@ def kill_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=30)
+
+
+def whole_files_ids(out: Path, id_column: str) -> list[int]:
+    """The ids of the result files a kill left whole (one it cut off mid-write has no
+    footer: the next run deletes it and redoes its rows)."""
+    ids: list[int] = []
+    for path in out.glob("*.parquet"):
+        try:
+            ids += [int(i) for i in pq.read_table(path, columns=[id_column])[id_column].to_pylist()]
+        except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+            continue
+    return ids
 
 
 def output_ids(out: Path, id_column: str = "Index") -> list[int]:

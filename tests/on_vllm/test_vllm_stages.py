@@ -1,6 +1,6 @@
-"""vLLM's pooling tasks (embed, classify), a vLLM chat stage after a classifier, an
-embeddings batch file and a cascade of two vLLM engines: on vLLM's CPU backend, through
-the CLI. (A run stopped on vLLM and resumed with every row once: test_vllm_faults.py;
+"""vLLM's pooling tasks (classify, then a chat stage, in one two-stage run; embed, as
+an embeddings batch file) and a cascade of two vLLM engines: on vLLM's CPU backend,
+through the CLI. (A run stopped on vLLM and resumed with every row once: test_vllm_faults.py;
 a killed driver's resume is the engine's no matter: tests/faults/test_no_row_lost.py.)"""
 
 from __future__ import annotations
@@ -15,65 +15,61 @@ from vllm_cli import read_rows, succeeded, toolkit_run
 LONG_REVIEW_ERROR = "longer than max_model_len 512"
 
 
-def test_embed_on_vllm_writes_one_vector_per_text(tmp_path):
-    out = tmp_path / "embed"
-    succeeded(toolkit_run("embed", "--smoke", "--rows", "60", "--engine", "vllm",
-                          "--accelerator", "none", "--output", str(out)))
-    rows = list(read_rows(out, "review_id").values())
-    ok = [row for row in rows if row["error"] is None]
-    assert len(rows) == 60 and len(ok) >= 50
-    assert {len(row["embedding"]) for row in ok} == {64}
-    for row in rows:
-        if row["error"] is not None:
-            assert row["error"].startswith("preprocess:") or LONG_REVIEW_ERROR in row["error"]
-
-
-def test_classify_on_vllm_labels_like_the_transformers_classifier(tmp_path):
-    labels = {}
-    for engine in ("vllm", "transformers"):
-        out = tmp_path / engine
-        succeeded(toolkit_run("text-classify", "--smoke", "--rows", "60", "--engine", engine,
-                              "--accelerator", "none", "--output", str(out)))
-        labels[engine] = read_rows(out, "review_id")
-    on_vllm, on_transformers = labels["vllm"], labels["transformers"]
-    both = [i for i, row in on_vllm.items()
-            if row["error"] is None and on_transformers[i]["error"] is None]
-    assert len(both) >= 50
-    assert {on_vllm[i]["label"] for i in both} <= {"NEGATIVE", "POSITIVE"}
-    same = [i for i in both if on_vllm[i]["label"] == on_transformers[i]["label"]]
-    print(f"\nclassify, vLLM vs transformers: {len(same)} of {len(both)} labels the same")
-    assert len(same) == len(both)
-    assert all(abs(on_vllm[i]["score"] - on_transformers[i]["score"]) < 1e-3 for i in both)
-
-
-def test_review_triage_runs_its_chat_stage_on_vllm(tmp_path):
+def test_review_triage_classifies_and_replies_on_vllm_with_the_labels_of_transformers(tmp_path):
+    """Both stages on vLLM: its pooling classifier, then its chat engine on the rows the
+    classifier labelled. The labels are those of the transformers classifier on the
+    same reviews (text-classify, same tiny model)."""
     out = tmp_path / "triage"
     succeeded(toolkit_run("review-triage", "--smoke", "--rows", "40", "--engine", "vllm",
+                          "--set", "stages.sentiment.kind=vllm", "--set", "engine.num_cpus=0.5",
+                          "--set", "stages.sentiment.num_cpus=0.5",
                           "--accelerator", "none", "--output", str(out)))
-    rows = list(read_rows(out, "review_id").values())
-    assert len(rows) == 40
-    ok = [row for row in rows if row["error"] is None]
+    triaged = read_rows(out, "review_id")
+    assert len(triaged) == 40
+    ok = [row for row in triaged.values() if row["error"] is None]
     assert len(ok) >= 30
     assert all(row["sentiment"] in ("NEGATIVE", "POSITIVE") and row["reply"] for row in ok)
-    for row in rows:
+    for row in triaged.values():
         if row["error"] is not None:  # failed in the classifier: the chat stage skipped it
             assert row["reply"] is None and row["num_generated_tokens"] is None
+            assert row["error"].startswith("preprocess:") or LONG_REVIEW_ERROR in row["error"]
+
+    reference = tmp_path / "on-transformers"
+    succeeded(toolkit_run("text-classify", "--smoke", "--rows", "40", "--engine",
+                          "transformers", "--accelerator", "none", "--output", str(reference)))
+    on_transformers = read_rows(reference, "review_id")
+    both = [i for i, row in triaged.items()
+            if row["error"] is None and on_transformers[i]["error"] is None]
+    assert len(both) >= 30
+    same = [i for i in both if triaged[i]["sentiment"] == on_transformers[i]["label"]]
+    print(f"\nclassify, vLLM vs transformers: {len(same)} of {len(both)} labels the same")
+    assert len(same) == len(both)
+    assert all(abs(triaged[i]["sentiment_score"] - on_transformers[i]["score"]) < 1e-3
+               for i in both)
 
 
 def test_openai_batch_embeddings_on_vllm(tmp_path):
-    """An /v1/embeddings file on vLLM's pooling (a tool call on vLLM:
-    test_vllm_generate.py; both on transformers: tests/test_openai_batch_conformance.py)."""
+    """An /v1/embeddings file on vLLM's pooling: one vector per text, and a text longer
+    than the encoder takes answered with an error, alone (a tool call on vLLM:
+    test_vllm_generate.py; both on transformers: tests/test_openai_batch_conformance.py;
+    the embed job writes the same stage's vectors, tests/tasks)."""
     embeddings = tmp_path / "embeddings.jsonl"
+    texts = [f"text number {i}" for i in range(3)] + ["word " * 700]
     embeddings.write_text("".join(json.dumps({
         "custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
-        "body": {"model": "emb", "input": f"text number {i}"}}) + "\n" for i in range(3)))
+        "body": {"model": "emb", "input": text}}) + "\n" for i, text in enumerate(texts)))
     succeeded(toolkit_run("openai-batch", "--smoke", "--engine", "vllm", "--accelerator",
                           "none", "--input", str(embeddings), "--output",
                           str(tmp_path / "emb"), "--served-model-name", "emb"))
-    for text in (tmp_path / "emb" / "_batch_output.jsonl").read_text().splitlines():
-        body = json.loads(text)["response"]["body"]
+    lines = {line["custom_id"]: line for line in map(
+        json.loads, (tmp_path / "emb" / "_batch_output.jsonl").read_text().splitlines())}
+    assert sorted(lines) == ["e0", "e1", "e2", "e3"]
+    for custom_id in ("e0", "e1", "e2"):
+        body = lines[custom_id]["response"]["body"]
         assert body["object"] == "list" and len(body["data"][0]["embedding"]) == 64
         assert body["usage"]["prompt_tokens"] > 0
+    too_long = json.dumps(lines["e3"])
+    assert LONG_REVIEW_ERROR in too_long, too_long[:1000]
 
 
 def test_a_cascade_on_vllm_sends_only_the_unsure_rows_to_the_big_model(tmp_path):

@@ -40,6 +40,22 @@ def apply_engine(ds: "Dataset", engine: "EngineSettings", stage: StageInputs) ->
     return engine_kind(engine).apply(ds, engine, stage)
 
 
+def row_step_resources(engine: "EngineSettings") -> dict[str, Any]:
+    """The ``map_batches`` arguments for a step on the rows right before ``engine``'s
+    stage (the job's preprocess), so that Ray Data fuses the two into one operator.
+
+    Ray fuses a task step into the next map only when both ask for the same CPUs and
+    pool size; apart, every block makes a round trip through the object store between
+    them (tabular-predict at a million rows: one more operator of ten thousand-row
+    blocks). A stage holding a GPU, or one made of several operators (Ray Data LLM's
+    processor), gets nothing: the step stays on CPU tasks of its own, off the GPU
+    worker's time.
+    """
+    if not engine_kind(engine).fuses_row_steps or engine.gpus_per_worker:
+        return {}
+    return {"num_cpus": engine.num_cpus, "concurrency": engine.pool_size[1]}
+
+
 def preflight_engine(engine: "EngineSettings") -> None:
     """Fail on the driver, before any row is read, when the engine can't work (e.g.
     an http engine's server is unreachable); most kinds load their model in their

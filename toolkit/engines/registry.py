@@ -74,6 +74,9 @@ class EngineKind:
             tokenizer's special tokens (a tokenizer that adds BOS adds it again). Off:
             the transformers engine's way (a generation prompt always, no special
             tokens added). ``toolkit plan --tokens`` counts prompts the same way.
+        fuses_row_steps: Its stage is one ``map_batches`` that a CPU step placed right
+            before it (the job's preprocess) may join, when it holds no GPU
+            (:func:`toolkit.engines.row_step_resources`).
     """
 
     name: str
@@ -90,6 +93,7 @@ class EngineKind:
     preflight: Callable[[Any], None] | None = None
     planned_from_table: bool = False
     ray_llm_prompt: bool = False
+    fuses_row_steps: bool = False
 
 
 _KINDS: dict[str, EngineKind] = {}

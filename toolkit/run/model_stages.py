@@ -45,16 +45,22 @@ def prepare_after_earlier_stage(
 
 
 def prepare_stage_rows(
-    ds: "Dataset", prepare: Prepare, fn_kwargs: dict[str, Any], after_earlier_stage: bool
+    ds: "Dataset", prepare: Prepare, fn_kwargs: dict[str, Any], after_earlier_stage: bool,
+    resources: Mapping[str, Any],
 ) -> "Dataset":
     """``prepare`` on every row of ``ds``, a block at a time (:func:`prepare_batch`);
-    after an earlier stage, keeping the rows it failed as they are."""
+    after an earlier stage, keeping the rows it failed as they are.
+
+    Args:
+        resources: ``map_batches`` arguments that let Ray fuse the step into the
+            stage's engine (:func:`toolkit.engines.row_step_resources`).
+    """
     if after_earlier_stage:
         fn_kwargs = {"prepare": prepare_after_earlier_stage, "inner": prepare, **fn_kwargs}
     else:
         fn_kwargs = {"prepare": prepare, **fn_kwargs}
     return ds.map_batches(prepare_batch, fn_kwargs=fn_kwargs, batch_size=None,
-                          batch_format="pyarrow", zero_copy_batch=True)
+                          batch_format="pyarrow", zero_copy_batch=True, **resources)
 
 
 def prepare_batch(batch: "pa.Table", prepare: Prepare, inner: Prepare | None = None,

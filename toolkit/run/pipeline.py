@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit.engines import StageInputs, apply_engine
+from toolkit.engines import StageInputs, apply_engine, row_step_resources
 from toolkit.redaction import redact
 from toolkit.run.cascade_rows import (
     cascade_columns,
@@ -399,18 +399,19 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
             prepare: Callable[..., dict[str, Any]] = prepare_row
         else:  # the task's own input columns instead
             kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row
+        fused = row_step_resources(planned.engine)
         if stage.preprocess_batch is not None and not contract.chat and index == 0:
             ds = ds.map_batches(prepare_table, fn_kwargs={
                 "preprocess_batch": stage.preprocess_batch, "options": options,
                 "input_columns": contract.inputs,
-            }, batch_size=None, batch_format="pyarrow", zero_copy_batch=True)
+            }, batch_size=None, batch_format="pyarrow", zero_copy_batch=True, **fused)
         else:
             ds = prepare_stage_rows(ds, prepare, {
                 "preprocess": stage.preprocess, "options": options, **kwargs,
-            }, after_earlier_stage=index > 0)
+            }, after_earlier_stage=index > 0, resources=fused)
         if planned is small:
             ds = ds.map_batches(mark_reached, batch_size=None, batch_format="pyarrow",
-                                zero_copy_batch=True)
+                                zero_copy_batch=True, **fused)
         ds = apply_engine(ds, planned.engine, StageInputs(
             multimodal=stage.multimodal, samples=plan.samples, options=options))
         results.update(planned.results)

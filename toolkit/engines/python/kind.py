@@ -27,4 +27,5 @@ KIND = EngineKind(
     summary="python (your own class, engine.model file.py:Class)",
     apply=apply_python,
     loads_checkpoint=False,  # a class of the user's, checked when the job loads
+    fuses_row_steps=True,
 )

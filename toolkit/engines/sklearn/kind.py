@@ -29,4 +29,5 @@ KIND = EngineKind(
     install_extra="local",
     missing_hint="Install the toolkit's local extra: pip install 'batch-llm-toolkit[local]'.",
     loads_checkpoint=False,  # a joblib file, checked as it loads
+    fuses_row_steps=True,
 )

@@ -44,4 +44,5 @@ KIND = EngineKind(
     missing_hint="Install the toolkit's local extra: pip install torch==2.13.0 && pip "
                  "install 'batch-llm-toolkit[local]' (the CPU torch first).",
     imports_transformers=True,
+    fuses_row_steps=True,
 )

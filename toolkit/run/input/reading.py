@@ -111,10 +111,15 @@ def read_huggingface(name: str) -> "Dataset":
     return ray.data.from_huggingface(stream)
 
 
-def open_input(data: DataConfig) -> "Dataset":
+def open_input(data: DataConfig, blocks: int | None = None) -> "Dataset":
     """A lazy Dataset over a file, folder, URL or ``hf://`` input (nothing is read yet).
 
     Generated ``sample:`` inputs come from a sample provider (``run_source``).
+
+    Args:
+        blocks: Read a table file in at least this many blocks (more with
+            ``data.partitions``): Ray's reader cuts its blocks as it streams them,
+            which costs nothing, where a repartition after the read is a pass of its own.
 
     Raises:
         InputDataError: a local input that is missing or empty.
@@ -142,9 +147,9 @@ def open_input(data: DataConfig) -> "Dataset":
                 "or point --input at a local image folder or parquet file.",
             ) from None
     kwargs: dict[str, Any] = {}
-    if data.partitions:
+    if data.partitions or blocks:
         # More blocks than files: Ray splits the file's blocks as it streams them.
-        kwargs["override_num_blocks"] = data.partitions
+        kwargs["override_num_blocks"] = max(data.partitions or 0, blocks or 0)
     if fmt == "csv":
         import pyarrow.csv as pacsv
 
