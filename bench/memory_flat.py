@@ -27,7 +27,7 @@ sys.path.insert(0, str(BENCH))
 
 from resume_at_90 import watch  # noqa: E402
 from side_by_side import toolkit_command  # noqa: E402
-from vs_bare_ray_data import project  # noqa: E402
+from vs_bare_ray_data import project, sides  # noqa: E402
 
 
 def main() -> None:
@@ -36,17 +36,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs; toolkit from {BENCH.parent}")
-    toolkit = toolkit_command()
-    sides = {
-        "bare Ray Data": lambda n: [sys.executable, "bare.py", "customers.csv", f"bare-{n}"],
-        "toolkit run": lambda n: [toolkit, "run", "./ident.yaml", "--output", f"out-{n}"],
-    }
-    peaks: dict[str, dict[int, float]] = {name: {} for name in sides}
-    walls: dict[str, dict[int, float]] = {name: {} for name in sides}
+    commands = sides(toolkit_command())
+    peaks: dict[str, dict[int, float]] = {name: {} for name in commands}
+    walls: dict[str, dict[int, float]] = {name: {} for name in commands}
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         for rows in sorted(args.rows):
             folder = project(Path(tmp) / f"rows-{rows}", rows)
-            for name, command in sides.items():
+            for name, command in commands.items():
                 watch(command("warm-up"), folder, folder / "warm-up-out")
                 runs = [watch(command(str(n)), folder, folder / f"run-{n}")
                         for n in range(args.repeat)]
@@ -55,7 +51,7 @@ def main() -> None:
     smallest = min(args.rows)
     print(f"\npeak resident memory of the process tree ({args.repeat} runs each; medians)")
     print(f"  {'':<16}{'rows':>11}{'wall s':>9}{'peak MiB':>10}{'x ' + f'{smallest:,}':>14}")
-    for name in sides:
+    for name in commands:
         for rows in sorted(args.rows):
             print(f"  {name:<16}{rows:>11,}{walls[name][rows]:>9.1f}{peaks[name][rows]:>10.0f}"
                   f"{peaks[name][rows] / peaks[name][smallest]:>13.2f}x")

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from side_by_side import in_turns, print_sides
@@ -69,14 +70,19 @@ def project(folder: Path, rows: int) -> Path:
     return folder
 
 
+def sides(toolkit: str = "toolkit") -> dict[str, Callable[[object], list[str]]]:
+    """The two commands, run in a :func:`project` folder: the N-th run of each writes
+    its own output folder."""
+    return {
+        "bare Ray Data": lambda n: [sys.executable, "bare.py", "customers.csv", f"bare{n}"],
+        "toolkit run": lambda n: [toolkit, "run", "./ident.yaml", "--output", f"out{n}"],
+    }
+
+
 def one_size(rows: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = project(Path(tmp) / "project", rows)
-        sides = {
-            "bare Ray Data": lambda n: [sys.executable, "bare.py", "customers.csv", f"bare{n}"],
-            "toolkit run": lambda n: ["toolkit", "run", "./ident.yaml", "--output", f"out{n}"],
-        }
-        figures = in_turns(sides, folder, repeat, rows)
+        figures = in_turns(sides(), folder, repeat, rows)
         print_sides(f"{rows:,} rows ({repeat} runs each, in turns; medians)", figures, rows)
 
 
