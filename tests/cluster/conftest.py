@@ -25,7 +25,7 @@ import pytest
 
 from toolkit.cluster.backends.local_head import (
     LocalHead,
-    free_port,
+    free_ports,
     pids_using,
     ray_executable,
     start_head,
@@ -43,17 +43,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @contextlib.contextmanager
-def started_head(prefix: str, **start_options: Any) -> Iterator[LocalHead]:
-    """A head of this test's own (``start_head`` options), stopped by its own processes."""
+def started_head(prefix: str, *, may_die: bool = False, **start_options: Any) -> Iterator[LocalHead]:
+    """A head of this test's own (``start_head`` options), stopped by its own processes.
+
+    A head that ended before its tests did fails the teardown with the end of its logs
+    (the tests that used it failed already; this says why), unless ``may_die``.
+    """
     temp_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     head, process = start_head(temp_dir, **start_options)
     try:
         yield head
     finally:
+        died = None if may_die else head_death(head, process)
         stop_head(head, process=process)
         leftovers = pids_using(str(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
+        assert died is None, died
         assert not leftovers, f"Ray processes of the test head survived: {leftovers}"
+
+
+def head_death(head: LocalHead, process: subprocess.Popen[bytes]) -> str | None:
+    """``None`` while the head's ``ray start --block`` runs; once it has ended, its exit
+    code and the last lines of the head's logs."""
+    code = process.poll()
+    if code is None:
+        return None
+    logs = Path(head.temp_dir)
+    tails = []
+    for path in [Path(head.log_file), *sorted((logs / "session_latest" / "logs").glob("*"))]:
+        if path.suffix in (".out", ".err", ".log") and path.is_file() and path.stat().st_size:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()[-12:]
+            tails.append(f"--- {path.name}\n" + "\n".join(lines))
+    return (f"The test head ({head.gcs_address}) ended during its tests, exit code {code}."
+            "\n" + "\n".join(tails))
 
 
 @pytest.fixture(scope="session")
@@ -87,8 +109,9 @@ def two_nodes() -> Iterator[LocalHead]:
             worker = subprocess.Popen(
                 [ray_executable(), "start", f"--address={head.gcs_address}", "--block",
                  "--node-ip-address=127.0.0.1", "--num-cpus=2", f"--temp-dir={head.temp_dir}",
-                 f"--dashboard-agent-listen-port={free_port()}",
-                 f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"],
+                 *(f"--{name}={port}" for name, port in zip(
+                     ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                      "metrics-export-port", "runtime-env-agent-port"), free_ports(4)))],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             _wait_for_nodes(head, 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -204,3 +205,33 @@ def test_plan_tokens_without_the_models_tokenizer_says_what_it_needs(tmp_path: P
     assert f"Error: --tokens: the tokenizer of engine.model {model} can't be loaded" \
         in result.output
     assert "Hint: Counting needs the model's tokenizer files (not its weights)" in result.output
+
+
+def test_plan_tokens_counts_an_openai_batch_file_as_its_run_does(local_ray, tmp_path: Path) -> None:
+    """A request file is staged as a run stages it (into a folder of the count's own):
+    each line's own messages and max_tokens; a line that can't run is counted as refused."""
+    requests = tmp_path / "requests.jsonl"
+    lines = [{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"model": "sample:tiny-chat", "max_tokens": 4 + i,
+                       "messages": [{"role": "user", "content": "Say hello " * (i + 1)}]}}
+             for i in range(6)]
+    lines[2]["body"]["model"] = "gpt-4o-mini"  # not served: an error line, never counted
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    staged_before = set(Path(tempfile.gettempdir()).glob("toolkit-tokens-*"))
+    result = CliRunner().invoke(main, ["plan", "openai-batch", "--smoke", "--input",
+                                       str(requests), "--tokens", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert set(Path(tempfile.gettempdir()).glob("toolkit-tokens-*")) == staged_before  # gone
+    found = json.loads(result.stdout)["prompt_tokens"]
+    assert (found["rows"], found["rows_counted"]) == (6, 5)
+    assert found["rejected_by_job"]["count"] == 1
+    assert found["output_token_budget"] == sum(4 + i for i in (0, 1, 3, 4, 5))
+
+    out = tmp_path / "out"
+    ran = CliRunner().invoke(main, ["run", "openai-batch", "--smoke", "--input", str(requests),
+                                    "--output", str(out)])
+    assert ran.exit_code == 0, ran.output
+    answers = [json.loads(line) for line in (out / "_batch_output.jsonl").read_text().splitlines()]
+    usage = [answer["response"]["body"]["usage"]["prompt_tokens"] for answer in answers
+             if answer["response"]["status_code"] == 200]
+    assert len(usage) == 5 and sum(usage) == found["input_tokens"]["total"]

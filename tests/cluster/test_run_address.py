@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.cluster.conftest import head_death
 from toolkit.cluster.backends.local_head import LocalHead, pids_using, start_head, stop_head
 from toolkit.errors import BackendUnavailableError, SpecError
 from toolkit.run.output.location import output_location_warning
@@ -77,9 +78,11 @@ def token_head() -> Iterator[TokenHead]:
     try:
         yield TokenHead(head=head, token_file=token_file, root=root)
     finally:
+        died = head_death(head, process)
         stop_head(head, process=process)
         leftovers = pids_using(head.temp_dir)
         shutil.rmtree(root, ignore_errors=True)
+        assert died is None, died
         assert not leftovers, f"Ray processes of the token head survived: {leftovers}"
 
 

@@ -17,7 +17,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from toolkit.errors import JobFailedError
+from toolkit.errors import EngineDiedError, JobFailedError
 from toolkit.run.local_run import run_job
 from toolkit.run.pipeline import run_pipeline
 from toolkit.samples.provider import SAMPLES
@@ -121,6 +121,30 @@ def test_a_killed_engine_actor_is_replaced_and_no_row_is_lost(tmp_path):
     assert proc.returncode == 0, stdout
     assert "rows written:  2,000 (2,000 ok, 0 with an error)" in stdout
     assert_exact(out)
+
+
+def test_an_engine_actor_killed_past_max_restarts_stops_the_run_saying_so(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        ["toolkit", "run", "text-industry", "--smoke", "--rows", str(ROWS), "--partitions",
+         "40", "--batch-size", str(BATCH), "--set", "engine.max_restarts=0",
+         "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True)
+    try:
+        wait_for_rows(out, proc, at_least=300)
+        for engine in psutil.Process(proc.pid).children(recursive=True):
+            if "TransformersChatEngine" in " ".join(engine.cmdline()):
+                engine.send_signal(signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == EngineDiedError.exit_code, stderr[-3000:]
+    error = stderr[stderr.index("Error: "):]
+    assert "died more often than Ray may restart it (engine.max_restarts 0)" in error
+    assert "the same command resumes" in error and "Traceback" not in stderr
+    kept = whole_files_ids(out, "Index")
+    assert len(kept) >= 300 and len(kept) == len(set(kept))
 
 
 @pytest.mark.parametrize("job, id_column, rows", [("text-industry", "Index", ROWS),

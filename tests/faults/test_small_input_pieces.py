@@ -58,13 +58,15 @@ def test_a_640_row_csv_is_written_in_pieces_and_a_kill_after_the_first_loses_not
     # Each run wrote its rows a batch or so at a time, not all at its end.
     pieces = result_files(out)
     assert len(pieces) >= 5, [pq.read_metadata(f).num_rows for f in pieces]
-    # The reader cut the pieces, and the job's preprocess rode in the engine's actors:
-    # no operator a bare read -> model -> write pipeline wouldn't run.
-    # (A resumed run adds Ray Data's own checkpoint filter after the read.)
+    # The reader cut the pieces: no repartition between the read and the model. (The
+    # job's preprocess is a step of its own before the transformers engine, whose
+    # actors' restarts are bounded, which a task step can't match to fuse; a resumed
+    # run adds Ray Data's own checkpoint filter after the read.)
     plans = re.findall(r"Execution plan of Dataset text-industry[^:]*: (.*)",
                        (out / "_logs" / "run.log").read_text())
     assert len(plans) == 2 and all(plan.replace(
         "ActorPoolMapOperator[CheckpointFilter] -> ", "") == (
         "InputDataBuffer[Input] -> TaskPoolMapOperator[ReadCSV] -> "
-        "ActorPoolMapOperator[MapBatches(prepare_batch)->MapBatches(TransformersChatEngine)] -> "
+        "TaskPoolMapOperator[MapBatches(prepare_batch)] -> "
+        "ActorPoolMapOperator[MapBatches(TransformersChatEngine)] -> "
         "TaskPoolMapOperator[MapBatches(finish_batch)->Write]") for plan in plans), plans

@@ -44,8 +44,8 @@ def row_step_resources(engine: "EngineSettings") -> dict[str, Any]:
     """The ``map_batches`` arguments for a step on the rows right before ``engine``'s
     stage (the job's preprocess), so that Ray Data fuses the two into one operator.
 
-    Ray fuses a task step into the next map only when both ask for the same CPUs and
-    pool size; apart, every block makes a round trip through the object store between
+    Ray fuses a task step into the next map only when both ask for the same CPUs,
+    pool size and actor restarts; apart, every block makes a round trip through the object store between
     them (tabular-predict at a million rows: one more operator of ten thousand-row
     blocks). A stage holding a GPU, or one made of several operators (Ray Data LLM's
     processor), gets nothing: the step stays on CPU tasks of its own, off the GPU
@@ -53,7 +53,10 @@ def row_step_resources(engine: "EngineSettings") -> dict[str, Any]:
     """
     if not engine_kind(engine).fuses_row_steps or engine.gpus_per_worker:
         return {}
-    return {"num_cpus": engine.num_cpus, "concurrency": engine.pool_size[1]}
+    from toolkit.engines.model_stage import restart_bound
+
+    return {"num_cpus": engine.num_cpus, "concurrency": engine.pool_size[1],
+            **restart_bound(engine)}
 
 
 def preflight_engine(engine: "EngineSettings") -> None:

@@ -131,7 +131,9 @@ def actor_pool(min_size: int, max_size: int) -> Any:
 
 
 def stage_resources(engine: Any) -> dict[str, Any]:
-    """The ``map_batches`` resource arguments every actor-pool model stage takes."""
+    """The ``map_batches`` resource arguments every actor-pool model stage takes, and
+    the engine's bound on restarts of a worker that died, where it has one
+    (``engine.max_restarts``; Ray Data's own default restarts without end)."""
     use_gpu = engine.accelerator_type is not None
     return {
         "batch_size": engine.batch_size,
@@ -140,4 +142,11 @@ def stage_resources(engine: Any) -> dict[str, Any]:
         "num_cpus": engine.num_cpus,
         "num_gpus": 1 if use_gpu else 0,
         "accelerator_type": engine.accelerator_type,
+        **restart_bound(engine),
     }
+
+
+def restart_bound(engine: Any) -> dict[str, Any]:
+    """``max_restarts`` for the engine's actors where the engine bounds them (an
+    actor-only option: a task step given it must fuse into the engine's actors)."""
+    return {"max_restarts": engine.restarts} if hasattr(engine, "restarts") else {}

@@ -6,10 +6,12 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import (
+    BackendUnavailableError,
     EngineDiedError,
     JobFailedError,
     RunInterruptedError,
@@ -27,7 +29,8 @@ from toolkit.run.progress.model import ProgressReporter
 from toolkit.run.progress.observer import RunObserver
 from toolkit.run.progress.sources import WrittenRows, expected_rows
 from toolkit.run.ray.cluster_fit import READ_WRITE_CPUS, check_cluster_fits, cluster_state
-from toolkit.run.ray.connection import connect_ray, ray_target, stop_local_ray
+from toolkit.run.ray.connection import RayConnection, connect_ray, ray_target, stop_local_ray
+from toolkit.run.ray.gcs_watch import lost_after_s, reconnect_timeout_s, watch_gcs, watchable
 from toolkit.run.ray.log_output import output_to, ray_data_quiet
 from toolkit.run.run_plan import RunPlan
 from toolkit.run.run_stop import sigterm_as_ctrl_c
@@ -74,6 +77,10 @@ def run_job(
             underlying cause in one paragraph.
         RunInterruptedError: Ctrl-C or SIGTERM stopped the run (exit 130); its
             message says how many rows were kept and how to resume.
+
+    A Ray whose GCS stops answering is not raised from: Ray's core worker ends the
+    process once the GCS has been silent for a minute, so :func:`watch_cluster` ends
+    it first, through ``observer.cluster_lost`` and exit code 3.
     """
     started = time.monotonic()
     target = ray_target(address, os.environ)
@@ -106,11 +113,50 @@ def run_job(
 def stopped_message(plan: RunPlan) -> str:
     """What a stopped run kept, and how to go on: ``Stopped: N of M rows kept in OUT;
     run the same command again to resume.``"""
+    return f"Stopped: {rows_kept(plan)}; run the same command again to resume."
+
+
+def rows_kept(plan: RunPlan) -> str:
+    """``N of M rows kept in OUT``: what the run's folder holds now."""
     kept = WrittenRows(plan.run_dir, plan.data.output_format)().rows
     total = planned_rows(plan)
     of = f" of {total:,}" if total else ""
-    return (f"Stopped: {kept:,}{of} rows kept in {plan.data.output}; run the same command "
-            "again to resume.")
+    return f"{kept:,}{of} rows kept in {plan.data.output}"
+
+
+def watch_cluster(connection: RayConnection, plan: RunPlan,
+                  observer: RunObserver) -> Callable[[], None]:
+    """Watch the GCS of the Ray this run is on (:mod:`~toolkit.run.ray.gcs_watch`);
+    returns ``stop()``.
+
+    A silence is a notice. A GCS silent for longer ends the process here (exit 3),
+    a few seconds before Ray's core worker would end it with exit 1 and not a word:
+    the observer says what was kept and how to resume, and the run's folder is let go.
+    """
+    address = connection.address
+    if not watchable(address):
+        return lambda: None
+    where = (f"the Ray started here (its GCS at {address})" if connection.started_here
+             else f"the Ray cluster at {address}")
+    limit = reconnect_timeout_s()
+
+    def silent(seconds: float) -> None:
+        observer.notice(f"{where} has not answered for {seconds:.0f} s; Ray ends this run "
+                        f"if it stays silent for {limit:.0f} s.")
+
+    def lost(seconds: float) -> None:
+        error = BackendUnavailableError(
+            f"Lost {where}: its GCS has not answered for {seconds:.0f} s (the head "
+            "stopped, or the network to it did), and Ray ends a driver that can't reach it.",
+            hint=f"{rows_kept(plan)}. Once the cluster is back, run the same command "
+            "again to resume; the head's gcs_server.out says why it stopped.")
+        try:
+            observer.cluster_lost(error)
+        finally:
+            plan.release()
+            os._exit(error.exit_code)
+
+    return watch_gcs(address, on_silent=silent, on_lost=lost, lost_after=lost_after_s())
 
 
 def planned_rows(plan: RunPlan) -> int | None:
@@ -151,6 +197,7 @@ def _run_on_ray(
 
     with output_to(log_file, job.name), progress:
         connection = connect_ray(address, output=plan.data.output, dashboard=dashboard)
+        stop_watch = watch_cluster(connection, plan, observer)
         try:
             # ray.init set SIGTERM to exit at once (sys.exit): for the run it is a stop again.
             with sigterm_as_ctrl_c():
@@ -190,6 +237,7 @@ def _run_on_ray(
                    "the Ray Dashboard shows worker logs."),
             ) from None
         finally:
+            stop_watch()
             if log_file and connection.started_here:
                 stop_local_ray()
 

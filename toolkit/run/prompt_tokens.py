@@ -172,8 +172,10 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
     context.execution_options.preserve_order = ordered or spec.data.rows is not None
     try:
         with warnings.catch_warnings():
-            # Ray files max_restarts under its deprecated ray_remote_args: no news to a user.
+            # Ray files max_restarts under its deprecated ray_remote_args, and warns when
+            # a small input has fewer blocks than the pool has workers: no news to a user.
             warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", "The minimum number of concurrent actors")
             counted = _input_rows(spec, samples).map_batches(
                 _CountBatch, fn_constructor_kwargs={
                     "tokenizer_source": source, "ray_llm_prompt": kind.ray_llm_prompt,
@@ -187,8 +189,8 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
                 compute=ActorPoolStrategy(size=workers),
                 # Nothing to restart for: a worker that dies fails the count, which says so.
                 num_cpus=1, max_restarts=0)
-        for batch in counted.iter_batches(batch_format="pyarrow", batch_size=None):
-            found.add(batch)
+            for batch in counted.iter_batches(batch_format="pyarrow", batch_size=None):
+                found.add(batch)
     finally:
         context.execution_options.preserve_order = ordered
     notes = []
@@ -220,14 +222,6 @@ def counted_stage(job: JobDefinition[Any], spec: JobSpec,
             "counted with a local tokenizer.",
             hint="Token counts are for chat stages of engines that load a model "
             "(vllm, transformers); an HTTP endpoint counts its own tokens.")
-    from toolkit.run.input.formats import run_format
-
-    if run_format(spec.data).stages_rows:
-        raise SpecError(
-            f"--tokens: data.format {spec.data.format} stages its own rows into the run's "
-            "folder, which counting doesn't do yet.",
-            hint="Count a CSV, Parquet or JSON Lines input of the same rows, or run it: "
-            "its summary and token columns give the exact figures.")
     source = resolve_model_source(settings.model, samples)
     _check_tokenizer(source, settings.model, stage.path)
     return stage, source
@@ -256,15 +250,52 @@ def _check_tokenizer(source: str, model: str, path: str) -> None:
 
 def _input_rows(spec: JobSpec, samples: SampleProvider | None) -> "Dataset":
     """The rows a run of ``spec`` reads, in the input's order (``--rows``: its first)."""
+    from toolkit.run.input.formats import run_format
     from toolkit.run.input.reading import open_input
 
     data = spec.data
+    if run_format(data).stages_rows:
+        return _staged_rows(spec)
     if data.input.startswith("sample:"):
         name = require_sample("data.input", data.input, samples, "input")
         assert samples is not None
         return samples.open_input(name, data.rows, data.seed, data.partitions)
     ds = open_input(data)
     return ds.limit(data.rows) if data.rows else ds
+
+
+def _staged_rows(spec: JobSpec) -> "Dataset":
+    """The rows a format that stages its own (an OpenAI Batch API request file) would
+    stage for a run, staged into a folder of the count's own and held in memory: the
+    run's folder is left alone, and the workers of any cluster can read them.
+
+    Raises:
+        InputDataError: the file can't be staged, as a run would refuse it (a file of
+            which no line can run keeps that folder: its error file is named).
+    """
+    import shutil
+    import tempfile
+
+    import pyarrow.dataset as pads
+    import ray.data
+
+    from toolkit.run.input.formats import run_format
+    from toolkit.run.output.run_directory import RunDirectory
+
+    folder = tempfile.mkdtemp(prefix="toolkit-tokens-")
+    counted = spec.model_copy(update={"data": spec.data.model_copy(update={"output": folder})})
+    run_dir = RunDirectory(folder)
+    run_dir.prepare(counted, overwrite=False, resumable=False)
+    try:
+        run_format(spec.data).stage(counted, run_dir)
+    except InputDataError:
+        if not run_dir.exists("_batch_output.jsonl"):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    table = pads.dataset(run_dir.staged_input_path, format="parquet").to_table()
+    shutil.rmtree(folder, ignore_errors=True)
+    return ray.data.from_arrow([table.slice(start, BATCH_ROWS)
+                                for start in range(0, max(table.num_rows, 1), BATCH_ROWS)])
 
 
 class _CountBatch:

@@ -290,6 +290,34 @@ def chat_template_kwargs_field() -> Any:
     )
 
 
+#: Times Ray restarts one model worker that died mid-run, when ``max_restarts`` is unset.
+DEFAULT_MAX_RESTARTS = 3
+
+
+def max_restarts_field(worker: str) -> Any:
+    """The ``max_restarts`` field of the engines whose model workers Ray restarts
+    (``worker`` says what dies); read it through :func:`restarts`."""
+    return Field(
+        None,
+        ge=-1,
+        # Left out of dumps while unset, so specs written before the field existed
+        # keep their hash: rendered job names and resume fingerprints.
+        exclude_if=lambda value: value is None,
+        description=(
+            f"Times Ray restarts one engine worker whose {worker} died mid-run (its "
+            "process killed, out of memory, its node lost) and retries its rows, before "
+            f"the run stops and says so (unset: {DEFAULT_MAX_RESTARTS}; -1: without "
+            "end, Ray Data's default). An engine that dies again and again has a cause "
+            "a restart won't fix; the rows written are kept and a rerun resumes."
+        ),
+    )
+
+
+def restarts(max_restarts: int | None) -> int:
+    """``max_restarts``, or :data:`DEFAULT_MAX_RESTARTS` when unset."""
+    return DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
+
+
 def engine_kinds() -> dict[str, Any]:
     """Every registered kind by name, as :class:`toolkit.engines.registry.EngineKind`:
     :func:`toolkit.engines.registry.engine_kinds`, which the layers above the spec

@@ -67,9 +67,19 @@ def state_path(environ: Mapping[str, str] | None = None) -> Path:
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports free on 127.0.0.1 right now (held together while
+    they are drawn, so none comes twice)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def ray_executable() -> str:
@@ -92,6 +102,7 @@ def head_command(
 ) -> list[str]:
     """``ray start --head --block`` on the given ports, with every other fixed port free,
     and ``extra_args`` (e.g. ``--num-gpus=1``, ``--resources=...``)."""
+    client, agent_http, agent_grpc, metrics, runtime_env = free_ports(5)
     command = [
         ray_executable(),
         "start",
@@ -102,8 +113,13 @@ def head_command(
         "--include-dashboard=true",
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard_port}",
-        f"--ray-client-server-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}",
+        f"--ray-client-server-port={client}",
+        # Ray's agents on fixed (52365) or lazily drawn ports clash with another Ray on
+        # this machine, and `ray start --block` then ends the whole head.
+        f"--dashboard-agent-listen-port={agent_http}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--metrics-export-port={metrics}",
+        f"--runtime-env-agent-port={runtime_env}",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
     ]
@@ -162,7 +178,7 @@ def start_head(
     """
     temp_dir = Path(temp_dir or tempfile.mkdtemp(prefix="tkray-", dir=_short_temp_root()))
     temp_dir.mkdir(parents=True, exist_ok=True)
-    gcs_port, dashboard_port = free_port(), free_port()
+    gcs_port, dashboard_port = free_ports(2)
     log_file = temp_dir / "ray-start.log"
     env = dict(os.environ)
     # The job entrypoint runs `python`: make it this environment's Python.

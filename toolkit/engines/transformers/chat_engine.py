@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from toolkit.engines.model_stage import actor_pool
+from toolkit.engines.model_stage import stage_resources
 from toolkit.engines.transformers.prompt_prefix import PrefixCache
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
@@ -683,7 +683,7 @@ def apply_transformers_engine(
     actor created with a by-reference argument and restarts allowed. A UDF without
     any argument gets it too. The only way to silence it at the source,
     ``max_restarts=0``, would stop Ray from bringing back an engine actor that was
-    killed (out of memory), so we keep restarts.
+    killed (out of memory), so we keep restarts (``engine.max_restarts`` of them).
 
     The risk it describes can't happen here: both objects are ``ray.put`` by the
     driver, whose operator holds their references for the whole execution, so they
@@ -702,12 +702,7 @@ def apply_transformers_engine(
             "samples": samples,
             "chat_template_kwargs": dict(engine.chat_template_kwargs),
         },
-        batch_size=engine.batch_size,
-        batch_format="numpy",
-        compute=actor_pool(*engine.pool_size),
-        num_cpus=engine.num_cpus,
-        num_gpus=1 if use_gpu else 0,
-        accelerator_type=engine.accelerator_type,
+        **stage_resources(engine),
     )
 
 

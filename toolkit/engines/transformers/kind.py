@@ -44,5 +44,7 @@ KIND = EngineKind(
     missing_hint="Install the toolkit's local extra: pip install torch==2.13.0 && pip "
                  "install 'batch-llm-toolkit[local]' (the CPU torch first).",
     imports_transformers=True,
-    fuses_row_steps=True,
+    # Its workers' restarts are bounded (engine.max_restarts), an actor-only option
+    # that a task step can't be given to match; beside a model, that step is noise.
+    fuses_row_steps=False,
 )

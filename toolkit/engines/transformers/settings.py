@@ -18,7 +18,12 @@ from typing import Any
 from pydantic import model_validator
 
 from toolkit.engines.vllm.engine_args import VLLM_ENGINE_ARGS, VLLM_TUNING_KWARGS
-from toolkit.spec.engine_settings import EngineSettings, chat_template_kwargs_field
+from toolkit.spec.engine_settings import (
+    EngineSettings,
+    chat_template_kwargs_field,
+    max_restarts_field,
+    restarts,
+)
 
 
 #: What the transformers engines (chat, vision, classify, embed, image-classify) read.
@@ -37,7 +42,13 @@ def unused_vllm_kwargs(kwargs: Mapping[str, Any]) -> list[str]:
 
 
 class TransformersSettings(EngineSettings):
+    max_restarts: int | None = max_restarts_field("model process")
     chat_template_kwargs: dict[str, Any] = chat_template_kwargs_field()
+
+    @property
+    def restarts(self) -> int:
+        """``max_restarts``, or its default when unset."""
+        return restarts(self.max_restarts)
 
     @model_validator(mode="after")
     def _what_it_can_honour(self) -> "TransformersSettings":

@@ -7,7 +7,12 @@ from typing import Any
 
 from pydantic import Field
 
-from toolkit.spec.engine_settings import EngineSettings, chat_template_kwargs_field
+from toolkit.spec.engine_settings import (
+    EngineSettings,
+    chat_template_kwargs_field,
+    max_restarts_field,
+    restarts,
+)
 
 #: Ray Data LLM's default batches in flight per vLLM worker (``max_concurrent_batches``).
 VLLM_DEFAULT_MAX_CONCURRENT_BATCHES = 8
@@ -20,8 +25,6 @@ CPU_KV_CACHE_GIB = 1.0
 #: they and the engine's own bundle need more CPUs than a small machine has, and the
 #: run waits for resources forever.
 CPU_BACKEND_STAGE_CPUS = 0.25
-#: Times Ray restarts one engine worker whose vLLM engine died, when unset.
-VLLM_DEFAULT_MAX_RESTARTS = 3
 
 
 class VllmSettings(EngineSettings):
@@ -54,24 +57,13 @@ class VllmSettings(EngineSettings):
             "On GPUs unset leaves it to gpu_memory_utilization."
         ),
     )
-    max_restarts: int | None = Field(
-        None,
-        ge=-1,
-        exclude_if=lambda value: value is None,
-        description=(
-            "Times Ray restarts one engine worker whose vLLM engine died mid-run (its "
-            "process killed, out of memory, its node lost) and retries its rows, before "
-            f"the run stops and says so (unset: {VLLM_DEFAULT_MAX_RESTARTS}; -1: without "
-            "end, Ray Data's default). An engine that dies again and again has a cause "
-            "a restart won't fix; the rows written are kept and a rerun resumes."
-        ),
-    )
+    max_restarts: int | None = max_restarts_field("vLLM engine")
     chat_template_kwargs: dict[str, Any] = chat_template_kwargs_field()
 
     @property
     def restarts(self) -> int:
         """``max_restarts``, or its default when unset."""
-        return VLLM_DEFAULT_MAX_RESTARTS if self.max_restarts is None else self.max_restarts
+        return restarts(self.max_restarts)
 
     @property
     def gpus_per_worker(self) -> int:

@@ -39,6 +39,7 @@ from toolkit.run.progress.model import (
 from toolkit.run.progress.observer import RunObserver
 
 if TYPE_CHECKING:
+    from toolkit.errors import ToolkitError
     from toolkit.run.ray.connection import RayConnection
 
 #: Seconds between progress lines when stderr is not a terminal (CI logs, pipes);
@@ -154,6 +155,10 @@ class ProgressDisplay(RunObserver):
 
     def notice(self, text: str) -> None:
         self.message(redact(f"Warning: {text}"))
+
+    def cluster_lost(self, error: "ToolkitError") -> None:
+        self.close()
+        self.message(f"Error: {error.format_message()}")
 
     # -- the line ---------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """What a caller follows of a local run while it goes: one object, not four callbacks.
 
 :func:`toolkit.run.local_run.run_job` tells its :class:`RunObserver` when Ray is up,
-how far the run is, and what a user must know that Ray only wrote to its log. The
-base class does nothing with any of it; ``toolkit run``'s terminal line
+how far the run is, what a user must know that Ray only wrote to its log, and that
+the cluster was lost. The base class does nothing with the first three; ``toolkit run``'s terminal line
 (:class:`~toolkit.run.progress.display.ProgressDisplay`) shows all three.
 
 Example:
@@ -15,9 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from toolkit.errors import ToolkitError
     from toolkit.run.progress.model import Progress
     from toolkit.run.ray.connection import RayConnection
 
@@ -40,3 +42,8 @@ class RunObserver:
     def notice(self, text: str) -> None:
         """What a user must know that Ray only wrote to the run's log: a worker out of
         memory, one that died, engine pools fitted to this machine."""
+
+    def cluster_lost(self, error: "ToolkitError") -> None:
+        """Ray's GCS stopped answering and the process ends right after this returns
+        (Ray would end it anyway, without a word): say ``error`` where the user looks."""
+        print(f"Error: {error.format_message()}", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import re
 import threading
@@ -125,6 +126,10 @@ def connect_ray(
     if target in (None, "local"):
         # "local" even without an address: ray.init(address=None) would join whatever
         # cluster /tmp/ray/ray_current_cluster names, a stale one left by a killed head too.
+        # Ray turns token auth on for the Ray it starts and says so: a local run's
+        # terminal (toolkit plan --tokens prints there) needs no news of its own Ray.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+            logging.ERROR)
         try:
             context = ray.init(address="local", log_to_driver=True, configure_logging=True,
                                logging_level="WARNING", num_cpus=local_logical_cpus(),
