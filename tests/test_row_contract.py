@@ -75,6 +75,7 @@ def test_a_cascade_writes_who_answered_and_the_small_models_answer_after_the_res
     assert schema.names == ["Index", "Company", "inferred_industry",
                             "inferred_industry_confidence", "answered_by",
                             "inferred_industry_first", "inferred_industry_first_confidence",
+                            "num_input_tokens_first", "num_generated_tokens_first",
                             "finish_reason", "failed_checks", "num_input_tokens",
                             "num_generated_tokens", "error"]
     assert schema.field("inferred_industry_first_confidence").type == pa.float64()

@@ -41,7 +41,7 @@ from toolkit.run.ray.auth import (
     read_auth_token,
     split_host_port,
 )
-from toolkit.run.ray.connection import connect_error, ray_target
+from toolkit.run.ray.connection import connect_error, local_ray_environment, ray_target
 
 TOOLKIT = str(Path(sys.executable).parent / "toolkit")
 #: Env vars of the caller that would change what the toolkit does with tokens.
@@ -155,6 +155,14 @@ def test_a_local_run_starts_its_own_ray_past_a_stale_address_file(tmp_path: Path
         assert not leftovers, f"Ray processes of the local run survived: {leftovers}"
 
 
+def test_a_users_own_footer_actor_count_is_kept() -> None:
+    environ = {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "16"}
+    local_ray_environment(environ)
+    assert environ == {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "16"}
+    local_ray_environment(unset := {})
+    assert unset == {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "2"}
+
+
 def test_a_local_ray_retries_its_own_sockets_every_tenth_of_a_second() -> None:
     """Ray's default (try again after 1 s) stalled one local start in three, when the
     raylet reached its object store's socket before the store listened."""
@@ -163,7 +171,9 @@ def test_a_local_ray_retries_its_own_sockets_every_tenth_of_a_second() -> None:
         "import json, ray\n"
         "from toolkit.run.ray.connection import connect_ray, stop_local_ray\n"
         "connect_ray()\n"
-        "print(json.dumps(ray._private.state.state.get_system_config()))\n"
+        "footers = ray.get(ray.remote(lambda: __import__('os').environ.get("
+        "'RAY_DATA_PARQUET_FOOTER_NUM_ACTORS')).remote())\n"
+        "print(json.dumps({**ray._private.state.state.get_system_config(), 'footers': footers}))\n"
         "stop_local_ray()\n"
     )
     try:
@@ -173,6 +183,8 @@ def test_a_local_ray_retries_its_own_sockets_every_tenth_of_a_second() -> None:
         config = json.loads(result.stdout.strip().splitlines()[-1])
         assert config["raylet_client_connect_timeout_milliseconds"] == 100
         assert config["raylet_client_num_connect_attempts"] == 100  # still 10 s in all
+        # Ray Data's Parquet footer readers: 2 actors on one machine, not a cluster's 32.
+        assert config["footers"] == "2"
     finally:
         leftovers = pids_using(str(ray_tmp))
         shutil.rmtree(ray_tmp, ignore_errors=True)

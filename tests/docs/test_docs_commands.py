@@ -11,8 +11,9 @@ A fenced ``bash``/``sh``/``console`` block runs unless the line before it says o
     <!-- spec only: REASON -->         ``toolkit run/submit JOB FLAGS`` is checked as
                                        ``toolkit show JOB FLAGS`` (job, flags and --set keys
                                        valid, no Ray, no model); other commands run
-    <!-- covered by: tests/X.py::test_name -->   as ``spec only`` (a ``retry`` or ``plan
-                                       --tokens`` is left out); that test runs it for real
+    <!-- covered by: tests/X.py::test_name -->   as ``spec only`` (a ``retry``, ``plan
+                                       --tokens`` or ``plan --from-run`` is left out);
+                                       that test runs it for real
     <!-- file: NAME -->                the block is a file the next commands read
 
 A block with a command the test can't run offline and no such line fails the test, so a
@@ -148,9 +149,11 @@ def problems(block: Block) -> list[str]:
 
 
 def starts_ray(argv: list[str]) -> bool:
-    """A command besides run/submit that works on Ray (``show`` can't stand in for it)."""
+    """A command besides run/submit that works on Ray (``show`` can't stand in for it),
+    or on what a run wrote (``plan --from-run``: the runs before it were checked as
+    ``show``, so there is no pilot to read)."""
     return argv[:2] == ["toolkit", "retry"] or argv[:2] == ["toolkit", "plan"] and (
-        "--tokens" in argv)
+        "--tokens" in argv or "--from-run" in argv)
 
 
 def as_spec_check(command: str) -> str:

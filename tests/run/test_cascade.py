@@ -19,9 +19,18 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
+import yaml
 
+from toolkit.cluster.price_table import instance_price
+from toolkit.cluster.throughput_table import tokens_per_second_per_gpu
 from toolkit.errors import SpecError
-from toolkit.run.cascade_rows import KEPT, REACHED, route_first_answers, settle_cascade
+from toolkit.run.cascade_rows import (
+    KEPT,
+    REACHED,
+    cascade_columns,
+    route_first_answers,
+    settle_cascade,
+)
 from toolkit.run.pipeline import output_schema
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
@@ -99,6 +108,19 @@ def test_a_cascade_keeps_the_sure_rows_and_escalates_the_rest(folder):
     assert summary["error_rows"] == 1
     assert f"cascade:       {len(escalated)} of {ROWS - 1} rows escalated" in ran.stdout
     assert f"answered by:   {SMALL} {len(kept)}, {BIG} {len(escalated)}" in ran.stdout
+    # Each model's tokens: the small one read every row it answered, the escalated
+    # ones too (kept on them as num_input_tokens_first), the big one only those.
+    small_in = int(kept["num_input_tokens"].sum() + escalated["num_input_tokens_first"].sum())
+    big_in = int(escalated["num_input_tokens"].sum())
+    assert kept["num_input_tokens_first"].isna().all()
+    assert escalated["num_input_tokens_first"].notna().all()
+    assert summary["cascade"]["input_tokens"] == {SMALL: small_in, BIG: big_in}
+    assert summary["input_tokens"] == small_in + big_in
+    small_out = int(kept["num_generated_tokens"].sum()
+                    + escalated["num_generated_tokens_first"].sum())
+    assert summary["cascade"]["output_tokens"][SMALL] == small_out
+    assert f"model tokens:  {SMALL} {small_in:,} in, {small_out:,} out; {BIG} {big_in:,} in" \
+        in ran.stdout
 
     # The report shows who answered as a result column, with its counts.
     report = (folder / "out" / "cascade" / "_report.html").read_text()
@@ -111,6 +133,89 @@ def test_a_cascade_keeps_the_sure_rows_and_escalates_the_rest(folder):
     assert planned.returncode == 0, planned.stdout + planned.stderr
     rate = summary["cascade"]["escalation_rate"]
     assert f"The pilot's cascade sent {rate:.1%} of its rows on to {BIG}" in planned.stdout
+    # Tiny sample models have no size the throughput table prices: no figure, and why.
+    assert f"Cascade against {BIG} alone: ? (cascade: the throughput table has no " \
+        "tokens/s for sample:tiny-chat-small on CPUs" in planned.stdout
+
+    # Real-sized models, each on its own GPU: the pilot's tokens per model, priced.
+    big_model, small_model = "unsloth/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
+    priced = toolkit("plan", "text-industry", "--rows", "1M", "--model", big_model,
+                     "--cascade-model", small_model, "--escalate-below", str(threshold),
+                     "--set", "cascade.accelerator_type=T4", "--from-run", "out/cascade",
+                     "--format", "json", cwd=folder)
+    assert priced.returncode == 0, priced.stdout + priced.stderr
+    compared = json.loads(priced.stdout)["cascade_comparison"]
+    tokens = {model: summary["cascade"]["input_tokens"][model]
+              + summary["cascade"]["output_tokens"][model] for model in (SMALL, BIG)}
+    small_rate = tokens_per_second_per_gpu(small_model, "T4")[1]
+    big_rate = tokens_per_second_per_gpu(big_model, "L4")[1]
+    big_per_row = tokens[BIG] / len(escalated)
+    alone_hours = 1_000_000 * big_per_row / big_rate / 3600
+    cascade_hours = (1_000_000 * tokens[SMALL] / (ROWS - 1) / small_rate
+                     + 1_000_000 * rate * big_per_row / big_rate) / 3600
+    assert compared["big_model_alone"]["gpu_hours"] == pytest.approx(alone_hours, abs=1e-3)
+    assert compared["cascade"]["gpu_hours"] == pytest.approx(cascade_hours, abs=1e-3)
+    l4 = instance_price("g6.2xlarge")
+    assert compared["big_model_alone"]["cost_usd"] == pytest.approx(
+        alone_hours * l4.usd_per_hour / l4.gpus, abs=1e-3)
+
+    # Known answers against a cascade pilot: the small model's answers are read back
+    # from <column>_first on the escalated rows, and the big model's are scored too.
+    pd.DataFrame({"Index": alone.index, "inferred_industry": alone["inferred_industry"]}
+                 ).to_csv(folder / "known.csv", index=False)
+    calibrated = toolkit("plan", "text-industry", "--smoke", "--cascade-model", SMALL,
+                         "--escalate-below", str(threshold), "--from-run", "out/cascade",
+                         "--calibrate", "known.csv", "--format", "json", cwd=folder)
+    assert calibrated.returncode == 0, calibrated.stdout + calibrated.stderr
+    calibration = json.loads(calibrated.stdout)["calibration"]
+    assert calibration["small_model_right"] == ROWS - 1  # its own answers, every one
+    at_pilot = next(t for t in calibration["thresholds"] if t["escalate_below"] == threshold)
+    assert (at_pilot["escalated"], at_pilot["kept_right"]) == (len(escalated), len(kept))
+    assert (calibration["big_model"], calibration["big_model_rows"]) == (BIG, len(escalated))
+    assert calibration["big_model_right"] == int(
+        (escalated["inferred_industry"] == alone.loc[escalated.index, "inferred_industry"]).sum())
+
+
+def test_calibrate_shows_each_thresholds_escalations_and_the_kept_rows_right(folder):
+    alone = small_alone(folder).drop(BLANK)
+    # Known answers: the small model's own on even ids, something else on odd ones.
+    even = alone.index.astype(int) % 2 == 0
+    labels = pd.DataFrame({"Index": alone.index, "inferred_industry": [
+        answer if keep else "Nothing of the kind"
+        for answer, keep in zip(alone["inferred_industry"], even)]})
+    labels.to_csv(folder / "labels.csv", index=False)
+    planned = toolkit("plan", "text-industry", "--smoke", "--from-run", "out/small-alone",
+                      "--calibrate", "labels.csv", "--format", "json", cwd=folder)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    calibration = json.loads(planned.stdout)["calibration"]
+    assert (calibration["labelled_rows"], calibration["small_model"]) == (ROWS - 1, SMALL)
+    assert calibration["small_model_right"] == int(even.sum())
+    confidence = alone["inferred_industry_confidence"]
+    assert len(calibration["thresholds"]) >= 3
+    for row in calibration["thresholds"]:
+        kept = confidence >= row["escalate_below"]
+        assert row["escalated"] == int((~kept).sum()) and row["kept"] == int(kept.sum())
+        assert row["kept_right"] == int((kept & even).sum())
+    assert calibration["big_model"] is None
+
+    text = toolkit("plan", "text-industry", "--smoke", "--from-run", "out/small-alone",
+                   "--calibrate", "labels.csv", cwd=folder)
+    assert f"Calibration: {ROWS - 1} labelled rows of out/small-alone, inferred_industry " \
+           "against labels.csv" in text.stdout
+    assert f"{SMALL} alone: {int(even.sum())} of {ROWS - 1} right" in text.stdout
+
+
+@pytest.mark.parametrize(("labels", "says"), [
+    ("Index,industry\n1,Retail\n", "it needs the run's id column Index and the known "
+                                    "answer in inferred_industry"),
+    ("Index,inferred_industry\n999,Retail\n", "no Index of labels.csv is a row of"),
+])
+def test_calibrate_names_what_the_labels_file_lacks(folder, labels, says):
+    (folder / "labels.csv").write_text(labels)
+    planned = toolkit("plan", "text-industry", "--smoke", "--from-run", "out/small-alone",
+                      "--calibrate", "labels.csv", cwd=folder)
+    assert planned.returncode == SpecError.exit_code, planned.stderr
+    assert says in planned.stderr and "Traceback" not in planned.stderr
 
 
 def test_retry_runs_the_cascade_again_on_the_rows_it_redoes(folder):
@@ -176,8 +281,7 @@ def test_the_small_models_rows_are_kept_escalated_or_left_as_they_failed():
         "error": routed["error"],
     })
     schema = output_schema(pa.schema([("Index", pa.string())]), {
-        **RESULTS, "answered_by": "string", "inferred_industry_first": "string",
-        "inferred_industry_first_confidence": "double"}, checked=True)
+        **RESULTS, **cascade_columns(RESULTS)}, checked=True)
     rows = settle_cascade(after_big, RESULTS, schema, "small", "big").to_pylist()
     assert [r["answered_by"] for r in rows] == ["small", "big", "big", "big", None]
     assert [r["inferred_industry"] for r in rows] == ["Retail", "Retail", "Healthcare",
@@ -186,6 +290,10 @@ def test_the_small_models_rows_are_kept_escalated_or_left_as_they_failed():
     assert rows[0]["num_input_tokens"] == 10 and rows[0]["finish_reason"] == "stop"
     assert rows[1]["inferred_industry_first"] == "Finance"
     assert rows[1]["inferred_industry_first_confidence"] == 0.3
+    # An escalated row's tokens are the big model's; the small one's stay beside them.
+    assert (rows[1]["num_input_tokens"], rows[1]["num_input_tokens_first"]) == (20, 11)
+    assert (rows[2]["num_generated_tokens"], rows[2]["num_generated_tokens_first"]) == (3, 1)
+    assert rows[0]["num_input_tokens_first"] is None and rows[4]["num_input_tokens_first"] is None
     assert rows[4]["error"] == "preprocess: Company is blank"
     assert rows[3]["inferred_industry_first_confidence"] is None
 
@@ -200,6 +308,23 @@ def test_cascade_flags_set_the_spec_and_the_small_model_follows_engine():
     small = spec.cascade_engine
     assert (small.model, small.kind, small.batch_size) == (SMALL, "transformers", 128)
     assert [field for field, _ in spec.model_stages] == ["cascade", "engine"]
+
+
+def test_render_gives_a_small_model_on_another_gpu_its_own_worker_group(tmp_path):
+    rendered = toolkit("render", "text-industry", "--rows", "1M", "--cascade-model",
+                       "Qwen/Qwen2.5-0.5B-Instruct", "--escalate-below", "0.8",
+                       "--set", "cascade.accelerator_type=T4", "-o", "job.yaml", cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr
+    compute = yaml.safe_load((tmp_path / "job.yaml").read_text())["compute_config"]
+    # The big model's L4 group first, then the small model's T4 one; both autoscale.
+    assert [(group["instance_type"], group["min_nodes"], group["max_nodes"])
+            for group in compute["worker_nodes"]] == [("g6.2xlarge", 0, 10),
+                                                      ("g4dn.2xlarge", 0, 10)]
+    same_gpu = toolkit("render", "text-industry", "--cascade-model",
+                       "Qwen/Qwen2.5-0.5B-Instruct", "-o", "same.yaml", cwd=tmp_path)
+    assert same_gpu.returncode == 0, same_gpu.stderr
+    groups = yaml.safe_load((tmp_path / "same.yaml").read_text())["compute_config"]["worker_nodes"]
+    assert [group["instance_type"] for group in groups] == ["g6.2xlarge"]
 
 
 @pytest.mark.parametrize(("sets", "says"), [

@@ -128,6 +128,22 @@ def test_output_lines_have_the_batch_apis_shape():
     assert body["usage"] == {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
 
 
+@pytest.mark.parametrize("text, reasoning, content", [
+    ("<think>Acme sells shoes.</think>\n\nRetail", "Acme sells shoes.", "Retail"),
+    # Qwen3's chat template opens the thinking in the prompt: only the close comes back.
+    ("Acme sells shoes.\n</think>\n\nRetail", "Acme sells shoes.", "Retail"),
+    ("<think>Acme sells shoes, or maybe", "Acme sells shoes, or maybe", ""),  # cut off
+    ("Retail", None, "Retail"),
+])
+def test_a_reasoning_models_thinking_is_its_own_field_as_vllm_answers_it(text, reasoning,
+                                                                         content):
+    line = batch_output_line("r", text, "stop", 9, 30, None, "qwen3", created=1)
+    message = line["response"]["body"]["choices"][0]["message"]
+    assert message["content"] == content
+    assert message.get("reasoning") == reasoning
+    assert ("reasoning" in message) == (reasoning is not None)
+
+
 @pytest.mark.parametrize("error, status, expected", [
     ("preprocess: line 3: body.temperature must be between 0 and 2, not 5", 400,
      (400, "invalid_request_error", "temperature", "invalid_request")),

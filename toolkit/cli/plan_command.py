@@ -47,12 +47,17 @@ def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
                    "model's tokenizer (Ray Data on CPUs, no model weights): exact input "
                    "tokens, the rows over max_model_len by id, the output budget, and the "
                    "cost on each priced accelerator.")
+@click.option("--calibrate", "labels", metavar="LABELS.csv",
+              help="With --from-run (the small model alone, or a cascade): known answers "
+                   "for some of its rows (the id column and the answer column), to show "
+                   "at a few escalate_below thresholds how many rows go on to the big "
+                   "model and how many of those the small model keeps are right.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text, or json for scripts (--output is the spec's "
                                       "output directory here).")
 def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                  from_run: str | None, price_per_hour: float | None, count_tokens: bool,
-                 output_format: str, **kwargs: Any) -> None:
+                 labels: str | None, output_format: str, **kwargs: Any) -> None:
     """Estimate JOB's wall time, GPU-hours and cost before running it.
 
     Every figure says where it came from: the spec, a measurement (the model's
@@ -65,9 +70,13 @@ def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
       toolkit submit text-industry --rows 2000 --output s3://b/pilot --follow
       toolkit plan text-industry --rows 1M --from-run s3://b/pilot --price-per-hour 0.80
       toolkit plan text-industry --input customers.csv --rows 100k --tokens
+      toolkit plan text-industry --from-run out/pilot --calibrate labels.csv
     """
     from toolkit.cluster.plan import plan_job
 
+    if labels and not from_run:
+        raise click.UsageError("--calibrate needs --from-run: the pilot whose answers "
+                               "the labels are checked against.")
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     tokens = None
     if count_tokens:
@@ -77,10 +86,21 @@ def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
         tokens = count_prompt_tokens_on_ray(job_def, spec, samples=SAMPLES)
     plan = plan_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
                     sample_rows=sample_rows(), sample_inputs=_sample_inputs(), tokens=tokens)
+    calibration = None
+    if labels and from_run:
+        from toolkit.cluster.calibration import calibrate
+
+        calibration = calibrate(from_run, labels, escalate_below=spec.cascade.escalate_below
+                                if spec.cascade is not None else None)
     if output_format == "json":
-        click.echo(json.dumps(plan.as_json(), indent=2))
+        payload = plan.as_json()
+        if calibration is not None:
+            payload["calibration"] = calibration.as_json()
+        click.echo(json.dumps(payload, indent=2))
     else:
         click.echo(plan.text())
+        if calibration is not None:
+            click.echo(calibration.text())
 
 
 def quick_estimate(job_def: Any, spec: Any) -> str | None:

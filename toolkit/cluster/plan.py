@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.cluster.cascade_price import CascadeComparison, compare_cascade
 from toolkit.cluster.compute_table import worker_instance_type
 from toolkit.cluster.price_table import PRICES_AS_OF, instance_price
 from toolkit.cluster.throughput_table import TOKENS_PER_SECOND_PER_GPU, size_class, tokens_per_second_per_gpu
@@ -211,6 +212,8 @@ class Plan:
     output_token_budget: Figure | None = None
     #: What the job costs on each accelerator the tables price, from the counted tokens.
     accelerator_costs: list[AcceleratorCost] = field(default_factory=list)
+    #: A cascade against its big model alone, from a cascade pilot (``--from-run``).
+    cascade_comparison: CascadeComparison | None = None
 
     _FIGURES = ("rows", "input_tokens_per_row", "output_tokens_per_row", "workers",
                 "gpus_per_worker", "instance_type", "instances", "rows_per_second_per_worker",
@@ -232,6 +235,8 @@ class Plan:
             payload["output_token_budget"] = (self.output_token_budget.as_json()
                                               if self.output_token_budget else None)
             payload["accelerator_costs"] = [cost.as_json() for cost in self.accelerator_costs]
+        if self.cascade_comparison is not None:
+            payload["cascade_comparison"] = self.cascade_comparison.as_json()
         payload["notes"] = list(self.notes)
         return payload
 
@@ -282,6 +287,8 @@ class Plan:
                 head, *totals])
         if self.prompt_tokens is not None:
             lines += self._tokens_lines(self.prompt_tokens)
+        if self.cascade_comparison is not None:
+            lines.append(self.cascade_comparison.text())
         lines += [f"Note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -870,6 +877,8 @@ def plan_job(
         prompt_tokens=tokens, output_token_budget=budget,
         accelerator_costs=accelerator_costs(chat.settings, tokens, output_tokens)
         if tokens is not None else [],
+        cascade_comparison=compare_cascade(spec, pilot, rows.value if rows.known else None)
+        if pilot is not None else None,
     )
 
 

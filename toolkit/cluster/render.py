@@ -180,11 +180,11 @@ def anyscale_compute_config(spec: JobSpec) -> dict[str, Any]:
 
 def worker_instance_types(spec: JobSpec) -> list[str]:
     """One worker instance type per accelerator the model stages ask for, the main
-    engine's first: a multi-stage job whose stages use different GPUs gets a worker
-    group for each; stages on the same GPU share one, sized for the most GPUs any of
-    them needs on one node."""
+    engine's first: a multi-stage job (or a cascade's small model) on other GPUs gets a
+    worker group for each; stages on the same GPU share one, sized for the most GPUs
+    any of them needs on one node."""
     gpus: dict[str | None, tuple[str | None, int]] = {}
-    for engine in (spec.engine, *spec.stages.values()):
+    for engine in (spec.engine, *(engine for _, engine in spec.model_stages)):
         accelerator = engine.accelerator_type
         key = accelerator.upper() if accelerator else None
         gpus[key] = (accelerator, max(gpus.get(key, (None, 0))[1], engine.gpus_per_worker))

@@ -40,23 +40,28 @@ def apply_engine(ds: "Dataset", engine: "EngineSettings", stage: StageInputs) ->
     return engine_kind(engine).apply(ds, engine, stage)
 
 
+#: CPUs of a row step that stays apart from its engine. Not the read tasks' 1: a step
+#: that asked for the same would fuse into the read task after its streaming
+#: repartition (:func:`toolkit.run.input.source.in_pieces`), whose output buffer then
+#: merges the pieces back into one block (a 640-row Parquet file written as one file).
+UNFUSED_ROW_STEP_CPUS = 0.5
+
+
 def row_step_resources(engine: "EngineSettings") -> dict[str, Any]:
     """The ``map_batches`` arguments for a step on the rows right before ``engine``'s
     stage (the job's preprocess), so that Ray Data fuses the two into one operator.
 
-    Ray fuses a task step into the next map only when both ask for the same CPUs,
-    pool size and actor restarts; apart, every block makes a round trip through the object store between
+    Ray fuses a task step into the next map only when both ask for the same CPUs and
+    pool size; apart, every block makes a round trip through the object store between
     them (tabular-predict at a million rows: one more operator of ten thousand-row
-    blocks). A stage holding a GPU, or one made of several operators (Ray Data LLM's
-    processor), gets nothing: the step stays on CPU tasks of its own, off the GPU
-    worker's time.
+    blocks). A stage holding a GPU, one made of several operators (Ray Data LLM's
+    processor), or one whose workers' restarts are bounded (an actor-only option a
+    task step can't take, so the two could never fuse) gets a step of its own on CPU
+    tasks, off the GPU worker's time (:data:`UNFUSED_ROW_STEP_CPUS`).
     """
     if not engine_kind(engine).fuses_row_steps or engine.gpus_per_worker:
-        return {}
-    from toolkit.engines.model_stage import restart_bound
-
-    return {"num_cpus": engine.num_cpus, "concurrency": engine.pool_size[1],
-            **restart_bound(engine)}
+        return {"num_cpus": UNFUSED_ROW_STEP_CPUS}
+    return {"num_cpus": engine.num_cpus, "concurrency": engine.pool_size[1]}
 
 
 def preflight_engine(engine: "EngineSettings") -> None:

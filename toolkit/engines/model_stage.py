@@ -148,5 +148,5 @@ def stage_resources(engine: Any) -> dict[str, Any]:
 
 def restart_bound(engine: Any) -> dict[str, Any]:
     """``max_restarts`` for the engine's actors where the engine bounds them (an
-    actor-only option: a task step given it must fuse into the engine's actors)."""
+    actor-only option: Ray refuses it on a task step)."""
     return {"max_restarts": engine.restarts} if hasattr(engine, "restarts") else {}

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from toolkit.run.output.summary import TOKEN_COLUMNS
+from toolkit.run.output.summary import FIRST_TOKEN_COLUMNS, TOKEN_COLUMNS
 from toolkit.spec.cascade import ANSWERED_BY_COLUMN, confidence_columns, first_columns
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
@@ -68,9 +68,11 @@ def transit_fields() -> list["pa.Field"]:
 
 def cascade_columns(results: Mapping[str, str]) -> dict[str, str]:
     """The output columns a cascade adds after the results: ``answered_by``, then the
-    small model's overruled answers (``<column>_first``, ``<column>_first_confidence``)."""
+    small model's overruled answers (``<column>_first``, ``<column>_first_confidence``)
+    and its token counts on those rows (``num_input_tokens_first``, ...)."""
     return {ANSWERED_BY_COLUMN: "string",
-            **{first: results[column] for column, first in first_columns(results).items()}}
+            **{first: results[column] for column, first in first_columns(results).items()},
+            **dict.fromkeys(FIRST_TOKEN_COLUMNS.values(), "int64")}
 
 
 def route_first_answers(batch: "pa.Table", results: Mapping[str, str],
@@ -112,8 +114,10 @@ def settle_cascade(batch: "pa.Table", results: Mapping[str, str], schema: "pa.Sc
                    small_model: str, big_model: str) -> "pa.Table":
     """The main stage's finished rows as the output has them: a kept row gets its small
     model's answer (and finish reason, token counts) back, its mark cleared and its
-    ``<column>_first`` columns null; ``answered_by`` names the model whose answer (or
-    error) each row carries; null on a row no model ran."""
+    ``<column>_first`` columns null; an escalated row keeps the small model's token
+    counts in ``num_input_tokens_first``/``num_generated_tokens_first``; ``answered_by``
+    names the model whose answer (or error) each row carries; null on a row no model
+    ran."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -133,6 +137,8 @@ def settle_cascade(batch: "pa.Table", results: Mapping[str, str], schema: "pa.Sc
                                                columns[FINISH_REASON_COLUMN])
     for name, first in FIRST_TOKENS.items():
         columns[name] = pc.if_else(kept, columns[first], columns[name])
+        columns[FIRST_TOKEN_COLUMNS[name]] = pc.if_else(
+            escalated, columns[first], pa.scalar(None, columns[first].type))
     columns[ANSWERED_BY_COLUMN] = pc.if_else(
         kept, pa.scalar(small_model),
         pc.if_else(escalated, pa.scalar(big_model), pa.scalar(None, pa.string())))

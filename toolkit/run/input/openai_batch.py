@@ -608,6 +608,32 @@ def line_error(error: str, status: int | None = None) -> dict[str, Any]:
         "param": param, "code": code}}}
 
 
+#: A reasoning model's thinking (DeepSeek-R1, Qwen3, gpt-oss chat templates).
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_reasoning(text: str | None) -> tuple[str | None, str | None]:
+    """(reasoning, answer) of a reasoning model's text, as vLLM's reasoning parsers
+    split it: what it thought up to ``</think>`` (the opening ``<think>`` may be in the
+    prompt, as Qwen3's chat template puts it there) and the answer after it; a text
+    cut off before ``</think>`` is all reasoning; text without the tags is all answer.
+
+    Example:
+        >>> split_reasoning("<think>Acme sells shoes.</think> Retail")
+        ('Acme sells shoes.', 'Retail')
+    """
+    if not text:
+        return None, text
+    head = text.lstrip()
+    if THINK_CLOSE in text:
+        thought, _, answer = text.partition(THINK_CLOSE)
+        thought = thought.strip()
+        return thought.removeprefix(THINK_OPEN).strip(), answer.strip()
+    if head.startswith(THINK_OPEN):
+        return head.removeprefix(THINK_OPEN).strip(), ""
+    return None, text
+
+
 def batch_output_line(
     custom_id: str,
     content: str | None,
@@ -640,6 +666,9 @@ def batch_output_line(
             ``chat.completion``.
         tool_name: The function a chat answer calls (``content`` holds its arguments):
             answered as ``message.tool_calls[0]``, ``finish_reason: tool_calls``.
+
+    A chat answer's thinking (``<think>...</think>``) goes to ``message.reasoning``,
+    vLLM's field, and the answer after it to ``content``.
     """
     line_id = f"batch_req_{_short_hash(custom_id, created)}"
     request_id = _short_hash("request", custom_id, created)
@@ -661,7 +690,10 @@ def batch_output_line(
                     "model": model,
                     "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}},
                 "error": None}
+    reasoning, content = split_reasoning(content) if tool_name is None else (None, content)
     message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if reasoning is not None:
+        message["reasoning"] = reasoning
     if tool_name is not None:
         message = {"role": "assistant", "content": None, "tool_calls": [{
             "id": f"call_{_short_hash('call', custom_id, created)}", "type": "function",

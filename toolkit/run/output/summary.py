@@ -77,6 +77,11 @@ class CascadeSummary(BaseModel):
     escalation_rate: float = Field(
         description="escalated / the rows the small model answered (what a full run "
         "sends to the big model).")
+    input_tokens: dict[str, int] | None = Field(
+        None, description="Prompt tokens each model read: the small one's on every row "
+        "it answered (kept or escalated), the big one's on the rows escalated to it.")
+    output_tokens: dict[str, int] | None = Field(
+        None, description="Tokens each model generated, counted as input_tokens.")
 
 
 class RunSummary(BaseModel):
@@ -161,6 +166,9 @@ class RunSummary(BaseModel):
 INPUT_TOKENS_COLUMN = "num_input_tokens"
 OUTPUT_TOKENS_COLUMN = "num_generated_tokens"
 TOKEN_COLUMNS: tuple[str, ...] = (INPUT_TOKENS_COLUMN, OUTPUT_TOKENS_COLUMN)
+#: Where a cascade's escalated rows keep the small model's token counts (the row's own
+#: are the big model's, which answered it).
+FIRST_TOKEN_COLUMNS: dict[str, str] = {name: f"{name}_first" for name in TOKEN_COLUMNS}
 
 
 def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
@@ -198,17 +206,27 @@ def stage_summaries(spec: "JobSpec") -> list[StageSummary]:
 
 
 def _token_totals(dataset: Any) -> dict[str, int | None]:
-    """Sums of the token columns the output has (None for one it lacks, or that no
-    row filled: models that don't count tokens, such as classifiers and tabular ones)."""
+    """Sums of the token columns the output has, every model's (a cascade's escalated
+    rows add the small model's, :data:`FIRST_TOKEN_COLUMNS`); None for one it lacks, or
+    that no row filled: models that don't count tokens, such as classifiers and tabular
+    ones."""
     import pyarrow.compute as pc
 
-    present = [c for c in TOKEN_COLUMNS if c in dataset.schema.names]
-    table = dataset.to_table(columns=present) if present else None
+    names = dataset.schema.names
+    present = [c for c in TOKEN_COLUMNS if c in names]
+    firsts = [FIRST_TOKEN_COLUMNS[c] for c in present if FIRST_TOKEN_COLUMNS[c] in names]
+    table = dataset.to_table(columns=present + firsts) if present else None
     if table is not None and table.num_rows and all(
             table[c].null_count == table.num_rows for c in present):
         return dict.fromkeys(TOKEN_COLUMNS)
-    return {c: int(pc.sum(table[c]).as_py() or 0) if c in present else None
-            for c in TOKEN_COLUMNS}
+
+    def total(column: str) -> int:
+        assert table is not None
+        summed = [column, *([FIRST_TOKEN_COLUMNS[column]]
+                            if FIRST_TOKEN_COLUMNS[column] in firsts else [])]
+        return sum(int(pc.sum(table[c]).as_py() or 0) for c in summed)
+
+    return {c: total(c) if c in present else None for c in TOKEN_COLUMNS}
 
 
 #: Sample results and first errors a summary shows.
@@ -328,16 +346,31 @@ def cascade_summary(dataset: Any, spec: "JobSpec") -> CascadeSummary | None:
     if spec.cascade is None or ANSWERED_BY_COLUMN not in dataset.schema.names:
         return None
     small, big = spec.cascade.model, spec.engine.model
+    names = dataset.schema.names
+    table = dataset.to_table(columns=[ANSWERED_BY_COLUMN, *(
+        c for c in (*TOKEN_COLUMNS, *FIRST_TOKEN_COLUMNS.values()) if c in names)])
     counts = {entry["values"]: int(entry["counts"]) for entry in pc.value_counts(
-        dataset.to_table(columns=[ANSWERED_BY_COLUMN])[ANSWERED_BY_COLUMN]
-        .drop_null()).to_pylist()}
+        table[ANSWERED_BY_COLUMN].drop_null()).to_pylist()}
     answered = {small: counts.get(small, 0), big: counts.get(big, 0)}
     reached = sum(answered.values())
+
+    def by_model(column: str) -> dict[str, int] | None:
+        if column not in names or table[column].null_count == table.num_rows:
+            return None
+        first = FIRST_TOKEN_COLUMNS[column]
+        mine = {model: pc.sum(pc.filter(table[column], pc.equal(
+            table[ANSWERED_BY_COLUMN], model))).as_py() or 0 for model in (small, big)}
+        if first in names:  # the small model's tokens on the rows it escalated
+            mine[small] += pc.sum(table[first]).as_py() or 0
+        return {redact(model): int(tokens) for model, tokens in mine.items()}
+
     return CascadeSummary(small_model=redact(small), big_model=redact(big),
                           escalate_below=spec.cascade.escalate_below,
                           answered_by={redact(k): v for k, v in answered.items()},
                           escalated=answered[big],
-                          escalation_rate=round(answered[big] / reached, 4) if reached else 0.0)
+                          escalation_rate=round(answered[big] / reached, 4) if reached else 0.0,
+                          input_tokens=by_model(INPUT_TOKENS_COLUMN),
+                          output_tokens=by_model(OUTPUT_TOKENS_COLUMN))
 
 
 def declared_choices(job: "JobDefinition[Any]", options: Any) -> dict[str, list[str]]:

@@ -94,6 +94,12 @@ def _quality_lines(summary: RunSummary) -> list[str]:
                         if cascade.escalate_below is not None else "") + ")")
         lines.append("  answered by:   " + ", ".join(
             f"{model} {rows:,}" for model, rows in cascade.answered_by.items()))
+        if cascade.input_tokens is not None:
+            generated = cascade.output_tokens or {}
+            lines.append("  model tokens:  " + "; ".join(
+                f"{model} {tokens:,} in"
+                + (f", {generated[model]:,} out" if model in generated else "")
+                for model, tokens in cascade.input_tokens.items()))
     if len(summary.attempts) > 1:
         last = summary.attempts[-1]
         changed = f", changed {', '.join(last.changed)}" if last.changed else ""
