@@ -106,12 +106,16 @@ def calibrate(run: str, labels: str, escalate_below: float | None = None) -> Cal
                         "model alone, or a cascade.")
     data = manifest.spec.get("data") or {}
     id_column = str(data.get("id_column") or "")
-    table = RunDirectory(run).open_results(str(data.get("output_format") or "parquet")).to_table()
-    names = table.column_names
+    results = RunDirectory(run).open_results(str(data.get("output_format") or "parquet"))
+    names = results.schema.names
     columns = [name.removesuffix(_CONFIDENCE) for name in names
                if name.endswith(_CONFIDENCE) and not name.endswith(_FIRST + _CONFIDENCE)
                and name.removesuffix(_CONFIDENCE) in names]
     truth, column = _read_labels(labels, id_column, columns)
+    # Only the columns the calibration reads, not every input column of the pilot.
+    wanted = [id_column, column, column + _CONFIDENCE, column + _FIRST,
+              column + _FIRST + _CONFIDENCE, ANSWERED_BY_COLUMN]
+    table = results.to_table(columns=[name for name in wanted if name in names])
 
     cascade = summary.cascade
     final = table[column].to_pylist()
