@@ -3,8 +3,9 @@
 Each request line (``{"custom_id", "method", "url", "body"}``) is a row keyed on its
 ``custom_id``. A run answers one endpoint (``options.endpoint``, by default the url of
 the file's first request) with one model: ``/v1/chat/completions`` on
-``engine.task: generate``, ``/v1/embeddings`` on ``engine.task: embed``; lines for the
-other are error lines (400) naming why. A chat line's ``body.messages`` are the row's
+``engine.task: generate``, ``/v1/completions`` on ``generate`` with each prompt as
+written (``engine.apply_chat_template: false``), ``/v1/embeddings`` on ``engine.task:
+embed``; lines for another are error lines (400) naming why. A chat line's ``body.messages`` are the row's
 chat messages and the body's sampling fields (``max_tokens`` /
 ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``response_format``)
 override the spec's ``sampling`` for that row; ``tools`` with ``tool_choice``
@@ -28,6 +29,7 @@ from pydantic import Field, model_validator
 
 from toolkit.run.input.openai_batch import (
     BODY_COLUMN,
+    COMPLETIONS_URL,
     CONTENT_COLUMN,
     EMBEDDING_COLUMN,
     EMBEDDINGS_URL,
@@ -38,6 +40,7 @@ from toolkit.run.input.openai_batch import (
     URL_COLUMN,
     OpenAIBatchOptions,
     chat_request,
+    completion_request,
     embedding_request,
     first_endpoint,
     tool_call,
@@ -65,6 +68,15 @@ class OpenAIBatchSpec(JobSpec):
                 f"options.endpoint {endpoint} is answered by engine.task "
                 f"{ENDPOINT_TASKS[endpoint]}, not {self.engine.task}: set engine.task "
                 f"{ENDPOINT_TASKS[endpoint]} (and a model for it), or leave engine.task out")
+        templated = getattr(self.engine, "apply_chat_template", True)
+        if endpoint is not None and ENDPOINT_TASKS[endpoint] == "generate" and (
+                templated != (endpoint != COMPLETIONS_URL)):
+            raise ValueError(
+                f"options.endpoint {endpoint} sends "
+                + ("each prompt as written: set engine.apply_chat_template false, or leave "
+                   "it out" if endpoint == COMPLETIONS_URL else
+                   "chat messages through the chat template: leave "
+                   "engine.apply_chat_template out"))
         return self
 
 
@@ -83,6 +95,8 @@ def endpoint_settings(data: dict[str, Any], smoke: bool) -> None:
     if task is None or not isinstance(engine, dict):
         return
     options["endpoint"] = endpoint
+    if endpoint == COMPLETIONS_URL:
+        engine.setdefault("apply_chat_template", False)
     if "task" not in engine and task == "embed":
         # The template's max_model_len is a chat model's context: an embedding model
         # has its own (512 positions for BERT-like ones), and vLLM refuses a longer one.
@@ -103,6 +117,10 @@ def preprocess(row: dict[str, Any], options: OpenAIBatchOptions) -> dict[str, An
         if row.get(URL_COLUMN) == EMBEDDINGS_URL:
             texts = embedding_request(row[BODY_COLUMN])
             return {PROMPT_COLUMN: texts[row.get(INPUT_INDEX_COLUMN) or 0]}
+        if row.get(URL_COLUMN) == COMPLETIONS_URL:
+            prompts, params = completion_request(row[BODY_COLUMN])
+            return {PROMPT_COLUMN: prompts[row.get(INPUT_INDEX_COLUMN) or 0],
+                    "sampling_params": params}
         messages, params = chat_request(row[BODY_COLUMN], options.argument_max_chars)
     except ValueError as exc:
         raise ValueError(f"line {row.get('line')}: {exc}") from None
@@ -117,6 +135,8 @@ def postprocess(row: dict[str, Any], options: OpenAIBatchOptions) -> dict[str, A
         vector = row.get(EMBEDDING_COLUMN)
         return {EMBEDDING_COLUMN: None if vector is None else [float(x) for x in vector]}
     text = str(row["generated_text"])
+    if row.get(URL_COLUMN) == COMPLETIONS_URL:
+        return {CONTENT_COLUMN: text, TOOL_CALL_COLUMN: None}
     call = tool_call(json.loads(row[BODY_COLUMN]), options.argument_max_chars)
     if call is None:
         return {CONTENT_COLUMN: text, TOOL_CALL_COLUMN: None}

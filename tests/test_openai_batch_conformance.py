@@ -6,8 +6,8 @@ The request lines below are vLLM's test data, copied as data from vllm-project/v
 `tests/entrypoints/openai/test_run_batch.py` at commit
 09cdc7d1f08fe9c4f9c1443341c6ed83bffae6a5 (INPUT_BATCH, INPUT_EMBEDDING_BATCH,
 WEATHER_TOOL, INPUT_TOOL_CALLING_BATCH); lines of our own are added beside them for
-what vLLM's files don't ask (a named function, tool_choice none/auto, mixed endpoints).
-One run per endpoint, shared by the tests of that endpoint.
+what vLLM's files don't ask (a named function, tool_choice none/auto, mixed endpoints,
+/v1/completions). One run per endpoint, shared by the tests of that endpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from openai.types import CreateEmbeddingResponse
+from openai.types import Completion, CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
 CHAT_MODEL_NAME = "hmellor/tiny-random-LlamaForCausalLM"
@@ -142,6 +142,28 @@ def chat(tmp_path_factory) -> dict[str, dict]:
                     CHAT_MODEL_NAME, REASONING_MODEL_NAME)
 
 
+def _completion(custom_id: str, prompt, **extra) -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/completions",
+            "body": {"model": CHAT_MODEL_NAME, "prompt": prompt, **extra}}
+
+
+COMPLETION_LINES = [
+    _completion("once", "Once upon a time", max_tokens=12, temperature=0),
+    _completion("two-prompts", ["The capital of France is", "2 + 2 ="], max_tokens=5),
+    _completion("default-length", "Write a long story about a lighthouse."),
+    _completion("echo", "Hello", echo=True),
+    _completion("tokens", [[1, 2, 3]]),
+    {**VLLM_CHAT_LINES[0], "custom_id": "chat-in-completions"},
+]
+
+
+@pytest.fixture(scope="module")
+def completions(tmp_path_factory) -> dict[str, dict]:
+    """Completions lines (OpenAI's legacy endpoint: a prompt as written, no chat
+    template), with lines it refuses and a chat line."""
+    return run_file(tmp_path_factory.mktemp("completions"), COMPLETION_LINES, CHAT_MODEL_NAME)
+
+
 def assert_failed(line: dict, status: int, *words: str) -> None:
     """OpenAI's error-file line: its HTTP status and body.error; vLLM's error beside."""
     response = line["response"]
@@ -217,3 +239,32 @@ def test_tool_choice_none_answers_as_chat_and_auto_is_refused_by_name(chat):
     for custom_id in ("tool-auto", "tool-default"):
         assert_failed(chat[custom_id], 400, "tool_choice 'auto'", "is not supported")
         assert chat[custom_id]["response"]["body"]["error"]["param"] == "tool_choice"
+
+
+def test_a_completions_file_is_answered_with_text_completions(completions):
+    from transformers import AutoTokenizer
+
+    from toolkit.samples.tiny_model import tiny_chat_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chat_model_path())
+    for custom_id, prompts, most in (("once", ["Once upon a time"], 12),
+                                     ("two-prompts", ["The capital of France is", "2 + 2 ="], 5),
+                                     ("default-length", [COMPLETION_LINES[2]["body"]["prompt"]],
+                                      16)):  # OpenAI's and vLLM's default max_tokens
+        line = completions[custom_id]
+        assert line["response"]["status_code"] == 200, line["response"]
+        body = Completion.model_validate(line["response"]["body"])
+        assert body.object == "text_completion" and body.model == CHAT_MODEL_NAME
+        assert [choice.index for choice in body.choices] == list(range(len(prompts)))
+        assert all(isinstance(choice.text, str) for choice in body.choices)
+        # Each prompt as written, with the tokenizer's special tokens, as vLLM reads it.
+        assert body.usage.prompt_tokens == sum(len(tokenizer(p)["input_ids"]) for p in prompts)
+        assert 0 < body.usage.completion_tokens <= most * len(prompts)
+        assert body.usage.total_tokens == body.usage.prompt_tokens + body.usage.completion_tokens
+
+
+def test_completions_lines_that_cant_run_carry_their_status(completions):
+    assert_failed(completions["echo"], 400, "body.echo is not supported")
+    assert_failed(completions["tokens"], 400, "body.prompt: token arrays are not supported")
+    assert_failed(completions["chat-in-completions"], 400, "this run answers /v1/completions",
+                  "engine.apply_chat_template")

@@ -168,6 +168,22 @@ def test_served_model_names_are_the_jobs_option_and_no_other_jobs():
                                    "of an OpenAI batch file; job 'text-industry' reads none")
 
 
+def test_a_completions_file_turns_the_chat_template_off_and_a_spec_that_keeps_it_is_refused():
+    Path("completions.jsonl").write_text(json.dumps({
+        "custom_id": "c", "method": "POST", "url": "/v1/completions",
+        "body": {"model": "gpt-4o-mini", "prompt": "Once upon a time"}}) + "\n")
+    shown = subprocess.run(["toolkit", "show", "openai-batch", "--input", "completions.jsonl"],
+                           capture_output=True, text=True)
+    assert "  endpoint: /v1/completions\n" in shown.stdout
+    assert "  apply_chat_template: false\n" in shown.stdout
+    kept = subprocess.run(["toolkit", "show", "openai-batch", "--input", "completions.jsonl",
+                           "--set", "engine.apply_chat_template=true"],
+                          capture_output=True, text=True)
+    assert kept.returncode == 2
+    assert "options.endpoint /v1/completions sends each prompt as written: set " \
+        "engine.apply_chat_template false, or leave it out" in kept.stderr
+
+
 def test_lines_that_are_no_request_with_a_custom_id_refuse_the_file_naming_them():
     write_requests(Path("requests.jsonl"), 8, {
         3: '{"custom_id": "req-3", "method": "POST", "url": ',  # cut short
@@ -319,6 +335,25 @@ def test_the_same_batch_file_runs_on_a_served_model_over_http(served_tiny_model)
             assert line["error"]["message"].startswith("preprocess: line 5: body.n 3")
         else:
             assert_answered(line)
+
+
+def test_a_completions_file_runs_on_a_served_model_over_http(served_tiny_model):
+    prompts = ["Once upon a time", "The capital of France is", "2 + 2 ="]
+    Path("completions.jsonl").write_text("".join(json.dumps({
+        "custom_id": f"c-{i}", "method": "POST", "url": "/v1/completions",
+        "body": {"model": "gpt-4o-mini", "prompt": prompt, "max_tokens": 4}}) + "\n"
+        for i, prompt in enumerate(prompts)))
+    done = toolkit("--input", "completions.jsonl", "--smoke", "--engine", "http",
+                   "--set", f"engine.base_url={served_tiny_model}", "--output", "out-c", *SERVED)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = read_batch_output(Path("out-c"))
+    assert [line["custom_id"] for line in lines] == ["c-0", "c-1", "c-2"]
+    for line in lines:
+        assert line["response"]["status_code"] == 200, line["response"]
+        body = line["response"]["body"]
+        assert body["object"] == "text_completion" and body["model"] == "gpt-4o-mini"
+        [choice] = body["choices"]
+        assert isinstance(choice["text"], str) and body["usage"]["prompt_tokens"] > 0
 
 
 def test_text_industry_runs_over_http_and_checks_the_answers(local_ray, served_tiny_model):

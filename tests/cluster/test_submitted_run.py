@@ -1,7 +1,8 @@
 """The submitted run as a user meets it: their project folder (data, a .gitignore, an
 unrelated big folder), a two-node Ray cluster on this machine with token auth, and
 `toolkit submit` with no --output; then what they read back: status, the results,
-the report, and the Ray Dashboard's view of the run.
+the report, and the Ray Dashboard's view of the run. The run is a cascade (a small
+model first), so what a cluster run says of each model is read back too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from toolkit.cluster.upload import RAY_UPLOAD_LIMIT_BYTES
 from toolkit.run.ray.auth import auth_headers
 
 ROWS = 300
+SMALL, BIG = "sample:tiny-chat-small", "sample:tiny-chat"
+ESCALATE_BELOW = 0.15  # random weights: some answers above it, some under
 
 
 def toolkit(*args: str, cwd: Path, address: str, timeout: float = 600
@@ -54,7 +57,8 @@ def get_json(head: LocalHead, path: str):
 def test_a_project_too_big_to_upload_is_refused_up_front_and_runs_once_fixed(project, two_nodes):
     address = two_nodes.dashboard_url
     submit = ["submit", "text-industry", "--smoke", "--input", "customers.csv",
-              "--rows", str(ROWS)]
+              "--rows", str(ROWS), "--cascade-model", SMALL,
+              "--escalate-below", str(ESCALATE_BELOW)]
 
     refused = toolkit(*submit, cwd=project, address=address)
 
@@ -79,8 +83,23 @@ def test_a_project_too_big_to_upload_is_refused_up_front_and_runs_once_fixed(pro
     assert status["output"] == str(output)
     assert status["summary"]["rows_written"] == ROWS
     assert (output / "_report.html").is_file()
-    ids = pq.read_table(output, columns=["Index"])["Index"].to_pylist()
-    assert sorted(int(i) for i in ids) == list(range(1, ROWS + 1))
+    rows = pq.read_table(output).to_pandas()
+    assert sorted(int(i) for i in rows["Index"]) == list(range(1, ROWS + 1))
+
+    # Who answered each row, as in a local run: the small model kept the rows it was
+    # sure of; the cluster's summary, status and log count each model's rows.
+    kept = rows[rows["answered_by"] == SMALL]
+    escalated = rows[rows["answered_by"] == BIG]
+    assert len(kept) + len(escalated) == ROWS
+    assert (kept["inferred_industry_confidence"] >= ESCALATE_BELOW).all()
+    assert (escalated["inferred_industry_first_confidence"] < ESCALATE_BELOW).all()
+    assert status["summary"]["cascade"]["answered_by"] == {SMALL: len(kept), BIG: len(escalated)}
+    assert status["summary"]["cascade"]["escalated"] == len(escalated)
+    answered = f"answered by:   {SMALL} {len(kept)}, {BIG} {len(escalated)}"
+    assert answered in done.stderr + done.stdout
+    shown = toolkit("status", job_id, cwd=project, address=address)
+    assert f"{len(escalated)} of {ROWS} rows escalated" in shown.stdout, shown.stdout
+    assert answered in shown.stdout
 
     # The Ray Dashboard: the job carries its output and fingerprint, the Data view
     # lists the run under the job's name.

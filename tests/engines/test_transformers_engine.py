@@ -92,3 +92,32 @@ def test_a_constrained_answer_has_its_probability_among_the_choices(engine):
     alone = answer([among_all["generated_text"]])
     assert alone["generated_text"] == among_all["generated_text"]
     assert alone["generated_logprob"] >= among_all["generated_logprob"]
+
+
+def test_without_the_chat_template_the_prompt_goes_in_as_written(tiny_chat_model):
+    raw = TransformersChatEngine(str(tiny_chat_model), {}, apply_chat_template=False)
+    params = {"max_tokens": 4, "temperature": 0.0}
+    prompt = "Once upon a time"
+    [out] = generate_texts(raw, [{"prompt": prompt, "sampling_params": params}])
+    # The tokenizer's own special tokens around the text, as vLLM encodes a completion.
+    assert out["num_input_tokens"] == len(raw.tokenizer(prompt)["input_ids"])
+    assert out["num_generated_tokens"] == 4 and "prompt" not in out
+    # Not what the same text gives through the chat template.
+    [chatted] = generate_texts(raw.__class__(str(tiny_chat_model), {}),
+                               [{"messages": chat(prompt), "sampling_params": params}])
+    assert chatted["num_input_tokens"] > out["num_input_tokens"]
+
+
+def test_a_jobs_messages_are_one_prompt_as_written_without_the_chat_template():
+    from toolkit.run.pipeline import messages_as_written, prepare_row
+
+    def preprocess(row, options):
+        return {"messages": [{"role": "system", "content": "Answer in one word."},
+                             {"role": "user", "content": f"Industry of {row['Company']}?"}]}
+
+    out = prepare_row({"Company": "Acme"}, preprocess, None, {"max_tokens": 8},
+                      input_column="prompt")
+    assert out["prompt"] == "Answer in one word.\n\nIndustry of Acme?"
+    assert "messages" not in out and out["error"] is None
+    with pytest.raises(ValueError, match="a message part that is not text needs the chat"):
+        messages_as_written([{"role": "user", "content": [{"type": "image_url"}]}])

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import pickle
 
+import pydantic
+import pytest
+
 from toolkit.engines.vllm.row_errors import toolkit_row_error
-from toolkit.engines.vllm.start_failure import engine_start_error, engine_start_reason
+from toolkit.engines.vllm.start_failure import (
+    engine_start_error,
+    engine_start_reason,
+    exception_reason,
+)
 from toolkit.errors import EngineStartError
 
 #: What a vLLM engine actor printed when its KV cache could not hold one request
@@ -69,6 +76,31 @@ def test_an_engine_that_ended_while_it_started_without_a_reason_is_not_blamed_on
     assert error.hint.startswith("vLLM's engine process ended while it started without "
                                  "saying why")
     assert "engine_kwargs" not in error.hint
+
+
+class ModelConfig(pydantic.BaseModel):
+    """As vLLM checks a checkpoint's architecture, in the engine actor itself."""
+
+    architectures: list[str]
+
+    @pydantic.model_validator(mode="after")
+    def _supported(self) -> "ModelConfig":
+        raise ValueError(f"Model architectures {self.architectures} are not supported for now. "
+                         f"Supported architectures: dict_keys({['LlamaForCausalLM'] * 400})")
+
+
+def test_a_model_vllm_has_no_implementation_of_is_named_in_one_line():
+    with pytest.raises(pydantic.ValidationError) as refused:
+        ModelConfig(architectures=["MadeUpForCausalLM"])
+    reason = exception_reason(refused.value)
+    assert reason == ("ValidationError: Model architectures ['MadeUpForCausalLM'] are not "
+                      "supported for now.")
+    error = engine_start_error(reason, {})
+    assert error.hint.startswith("vLLM has no implementation of 'MadeUpForCausalLM' (the "
+                                 "architectures in the checkpoint's config.json)")
+    assert "--engine transformers" in error.hint
+    long = exception_reason(RuntimeError("x" * 5000))
+    assert len(long) == 700 and long.endswith("...")
 
 
 def test_another_failed_start_points_at_vllms_arguments():

@@ -31,6 +31,12 @@ def test_text_industry_builds_the_seed_processor(local_ray, tiny_chat_model):
                                             "engine.max_restarts": -1})
     stage = build_vllm_processor(endless.engine).get_stage_by_name("vLLMEngineStage")
     assert stage.map_batches_kwargs["max_restarts"] == -1
+    # Prompts as written (/v1/completions): no chat template stage; the rows' prompt
+    # goes to the tokenizer.
+    raw = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model),
+                                        "engine.apply_chat_template": False})
+    assert build_vllm_processor(raw.engine).list_stage_names() == [
+        "TokenizeStage", "vLLMEngineStage", "DetokenizeStage"]
 
 
 def test_rows_ask_vllm_for_one_of_the_choices():

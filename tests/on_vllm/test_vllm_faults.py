@@ -1,7 +1,8 @@
 """vLLM's engine under faults, on its CPU backend through the CLI: its process killed
 mid-run (once: Ray restarts it; again past engine.max_restarts: the run stops, and the
-same command resumes), an engine that can never start. (A prompt longer than the model takes:
-``test_vllm_generate.py``.)
+same command resumes), engines that can never start (a KV cache too small for one
+request or larger than the machine, a model vLLM has no implementation of, a folder that
+is no model). (A prompt longer than the model takes: ``test_vllm_generate.py``.)
 
 Each engine start costs about a minute here: one run per fault, its output read by
 the tests that need it.
@@ -9,8 +10,10 @@ the tests that need it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -23,6 +26,7 @@ import pytest
 from vllm_cli import succeeded, toolkit_run
 
 from toolkit.errors import EngineDiedError, EngineStartError
+from toolkit.samples.tiny_model import tiny_chat_model_path
 
 SMOKE_ON_VLLM = ("--smoke", "--engine", "vllm", "--accelerator", "none")
 KILLED_RUN_ROWS = 3000  # blocks of 256 rows: most are still to come at each kill
@@ -157,3 +161,49 @@ def test_an_engine_whose_kv_cache_cannot_hold_one_request_stops_the_run_saying_w
     assert "The vLLM engine could not start: ValueError:" in error
     assert "KV cache" in error and "engine.kv_cache_gib" in error
     assert "nanobind" not in result.stderr
+
+
+def test_a_kv_cache_larger_than_the_machine_stops_the_run_saying_to_lower_it(tmp_path):
+    result = toolkit_run("text-industry", *SMOKE_ON_VLLM, "--rows", "30",
+                         "--set", "engine.kv_cache_gib=4096", "--output", str(tmp_path / "out"),
+                         timeout=300)
+    assert result.returncode == EngineStartError.exit_code, result.stderr[-3000:]
+    error = result.stderr[result.stderr.index("Error: "):]
+    assert "is less than requested memory for kv (4096.0 GiB)" in error
+    assert "Hint: Lower engine.kv_cache_gib (now 4096 GiB) to what the machine's free " \
+        "memory holds." in error
+
+
+def test_a_model_vllm_cannot_run_stops_the_run_naming_its_architecture(tmp_path):
+    model = tmp_path / "my-model"
+    shutil.copytree(tiny_chat_model_path(), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["MadeUpLM"]}))
+
+    result = toolkit_run("text-industry", "--engine", "vllm", "--accelerator", "none",
+                         "--model", str(model), "--rows", "30", "--input", str(customers(tmp_path)),
+                         "--output", str(tmp_path / "out"), timeout=300)
+
+    assert result.returncode == EngineStartError.exit_code, result.stderr[-3000:]
+    error = result.stderr[result.stderr.index("Error: "):]
+    assert error.startswith("Error: The vLLM engine could not start: ValidationError: Model "
+                            "architectures ['MadeUpLM'] are not supported for now.\n")
+    assert "Hint: vLLM has no implementation of 'MadeUpLM'" in error
+    assert len(error) < 1000  # not the 10,000 characters of what vLLM supports
+
+
+def test_a_folder_that_is_no_model_is_refused_before_ray_starts(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("weights to come\n")
+    result = toolkit_run("text-industry", *SMOKE_ON_VLLM, "--model", str(tmp_path / "notes"),
+                         "--output", str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Error: engine.model: " in result.stderr and "has no config.json" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def customers(folder: Path, rows: int = 30) -> Path:
+    made = subprocess.run(["toolkit", "samples", "customers", "--rows", str(rows), "-o",
+                           str(folder / "customers.csv")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    return folder / "customers.csv"

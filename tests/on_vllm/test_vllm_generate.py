@@ -221,3 +221,34 @@ def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
         assert body["usage"]["completion_tokens"] == 1
         assert body["choices"][0]["finish_reason"] == "length"
     assert pq.read_table(out).num_rows == 13
+
+
+def test_a_completions_file_is_answered_alike_by_vllm_and_transformers(tmp_path):
+    """/v1/completions: each prompt goes to the model as written (Ray Data LLM's chat
+    template stage off), and greedy answers and prompt tokens are the transformers
+    engine's."""
+    prompts = ["Once upon a time", "The capital of France is", "def fibonacci(n):"]
+    requests = tmp_path / "completions.jsonl"
+    requests.write_text("".join(json.dumps({
+        "custom_id": f"c-{i}", "method": "POST", "url": "/v1/completions",
+        "body": {"model": "any", "prompt": prompt, "max_tokens": 6, "temperature": 0}}) + "\n"
+        for i, prompt in enumerate(prompts)) + json.dumps({
+            "custom_id": "two", "method": "POST", "url": "/v1/completions",
+            "body": {"model": "any", "prompt": prompts[:2], "max_tokens": 6,
+                     "temperature": 0}}) + "\n")
+    bodies = {}
+    for engine in ("vllm", "transformers"):
+        out = tmp_path / engine
+        succeeded(toolkit_run("openai-batch", "--smoke", "--engine", engine, "--accelerator",
+                              "none", "--input", str(requests), "--output", str(out),
+                              "--served-model-name", "any"))
+        bodies[engine] = {line["custom_id"]: line["response"]["body"] for line in map(
+            json.loads, (out / "_batch_output.jsonl").read_text().splitlines())}
+    assert bodies["vllm"].keys() == {"c-0", "c-1", "c-2", "two"}
+    for custom_id, body in bodies["vllm"].items():
+        alike = bodies["transformers"][custom_id]
+        assert body["object"] == "text_completion"
+        assert [c["text"] for c in body["choices"]] == [c["text"] for c in alike["choices"]]
+        assert body["usage"] == alike["usage"]
+    assert [c["text"] for c in bodies["vllm"]["two"]["choices"]] == [
+        bodies["vllm"][f"c-{i}"]["choices"][0]["text"] for i in range(2)]

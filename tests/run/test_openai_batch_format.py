@@ -10,6 +10,7 @@ from toolkit.run.input.openai_batch import (
     UnusableLine,
     batch_output_line,
     chat_request,
+    completion_request,
     embedding_request,
     parse_request_line,
     text_rows,
@@ -43,8 +44,11 @@ def test_a_line_that_cant_be_matched_to_an_answer_is_refused_naming_it(text, mes
 
 @pytest.mark.parametrize("text, status, message", [
     (request(url="/v1/audio/speech"), 400,
-     "line 3: url '/v1/audio/speech' is not supported; only /v1/chat/completions and "
-     "/v1/embeddings"),
+     "line 3: url '/v1/audio/speech' is not supported; only /v1/chat/completions, "
+     "/v1/completions, /v1/embeddings"),
+    (request(url="/v1/completions"), 400,
+     "line 3: url '/v1/completions': this run answers /v1/chat/completions, and a run puts "
+     "every prompt through the chat template or none"),
     (request(url="/v1/embeddings"), 400,
      "line 3: url '/v1/embeddings' needs a model for engine.task embed; this run answers "
      "/v1/chat/completions"),
@@ -264,3 +268,39 @@ def test_embedding_and_function_call_output_lines_have_openais_shape():
     [made] = choice["message"]["tool_calls"]
     assert made["type"] == "function" and made["id"].startswith("call_")
     assert made["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+
+
+def test_a_completions_body_is_its_prompts_as_written_and_their_params():
+    assert completion_request(json.dumps({"model": "m", "prompt": "Once upon"})) == (
+        ["Once upon"], {"max_tokens": 16, "temperature": None, "top_p": None, "seed": None,
+                        "structured_outputs": None})  # 16: OpenAI's and vLLM's default
+    prompts, params = completion_request(json.dumps(
+        {"prompt": ["a", "b"], "max_tokens": 3, "temperature": 0, "seed": 1}))
+    assert prompts == ["a", "b"] and (params["max_tokens"], params["seed"]) == (3, 1)
+    for body, message in (
+            ({"prompt": [[1, 2]]}, "body.prompt: token arrays are not supported"),
+            ({"prompt": ""}, "body.prompt must be a non-empty string or a list of them"),
+            ({"prompt": "a", "echo": True}, "body.echo is not supported"),
+            ({"prompt": "a", "suffix": "z", "stop": ["."]}, "body.stop is not supported by "
+                                                            "this toolkit (nor suffix)"),
+            ({"prompt": "a", "n": 2}, "body.n 2: one answer per prompt only"),
+            ({"prompt": "a", "max_tokens": 0}, "body.max_tokens must be between 1")):
+        with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")
+                           .replace(")", r"\)")):
+            completion_request(json.dumps(body))
+
+
+def test_a_completions_line_of_several_prompts_is_a_row_per_prompt_answered_as_choices():
+    line = json.dumps({"custom_id": "c", "url": "/v1/completions",
+                       "body": {"model": "m", "prompt": ["a", "b"]}})
+    rows = text_rows(parse_request_line(line, 2, ["m"], endpoint="/v1/completions"))
+    assert [(r["custom_id"], r["input_index"]) for r in rows] == [("c[0]", 0), ("c[1]", 1)]
+    answered = batch_output_line("c", None, None, 7, 5, None, "m", created=1,
+                                 url="/v1/completions",
+                                 completions=[(" upon a time", "length"), (" = 4", "stop")])
+    body = answered["response"]["body"]
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+    assert body["choices"] == [
+        {"index": 0, "text": " upon a time", "logprobs": None, "finish_reason": "length"},
+        {"index": 1, "text": " = 4", "logprobs": None, "finish_reason": "stop"}]
+    assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}

@@ -170,6 +170,28 @@ def test_a_batch_none_of_whose_requests_can_run_completes_with_its_error_file_al
         ("a", 404), ("b", 400)]
 
 
+def test_a_completions_batch_is_taken_and_its_lines_checked_as_completions(server):
+    client = server.client()
+    lines = [json.dumps({"custom_id": "other-model", "method": "POST", "url": "/v1/completions",
+                         "body": {"model": "gpt-5", "prompt": "Once upon a time"}}),
+             json.dumps({"custom_id": "echo", "method": "POST", "url": "/v1/completions",
+                         "body": {"model": "gpt-4o-mini", "prompt": "Hi", "echo": True}}),
+             request("chat")]
+    file = client.files.create(file=("completions.jsonl", "\n".join(lines).encode()),
+                               purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/completions",
+                                  completion_window="24h")
+    assert batch.endpoint == "/v1/completions"
+    batch = wait_for(client, batch.id, lambda b: b.status in ("completed", "failed"))
+
+    assert batch.status == "completed" and batch.in_progress_at is None  # no line could run
+    errors = jsonl(client.files.content(batch.error_file_id).text)
+    assert [(e["custom_id"], e["response"]["status_code"]) for e in errors] == [
+        ("other-model", 404), ("echo", 400), ("chat", 400)]
+    assert "body.echo is not supported" in errors[1]["response"]["body"]["error"]["message"]
+    assert "this run answers /v1/completions" in errors[2]["response"]["body"]["error"]["message"]
+
+
 def test_an_embeddings_batch_is_answered_with_embeddings(server):
     from openai.types import CreateEmbeddingResponse
 

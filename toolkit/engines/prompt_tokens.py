@@ -120,8 +120,13 @@ class PromptTokenCounter:
             return self._whole(texts)
         return counts
 
-    def _whole(self, texts: list[str]) -> list[int]:
-        special = self.ray_llm_prompt
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of prompts sent as written, without a chat template (both engines
+        then encode with the tokenizer's special tokens, as vLLM does a completion's)."""
+        return self._whole([str(text) for text in texts], special=True)
+
+    def _whole(self, texts: list[str], special: bool | None = None) -> list[int]:
+        special = self.ray_llm_prompt if special is None else special
         if self._backend is not None:
             encode = getattr(self._backend, "encode_batch_fast", self._backend.encode_batch)
             return [len(e) for e in encode(texts, add_special_tokens=special)]

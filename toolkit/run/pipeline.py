@@ -62,6 +62,7 @@ from toolkit.spec.row_contract import (
     GENERATED_TEXT_COLUMN,
     MAX_TOKENS_COLUMN,
     MESSAGES_COLUMN,
+    PROMPT_COLUMN,
     RAY_LLM_ERROR_COLUMN,
     SAMPLING_PARAMS_COLUMN,
     arrow_type,
@@ -96,6 +97,7 @@ def prepare_row(
     preprocess: Callable[[dict[str, Any], Any], dict[str, Any]],
     options: Any,
     sampling_params: dict[str, Any],
+    input_column: str = MESSAGES_COLUMN,
 ) -> dict[str, Any]:
     """Run the job's preprocess; a row it rejects becomes an error row, not a crash.
 
@@ -107,21 +109,51 @@ def prepare_row(
 
     A preprocess may return its own ``sampling_params`` for the row (an OpenAI
     batch request's ``max_tokens``...): see :func:`row_sampling_params`.
+
+    ``input_column``: what the engine reads, ``messages`` (or, for an engine with
+    ``apply_chat_template: false``, ``prompt``: a preprocess that gives messages has
+    them joined, :func:`messages_as_written`); null on an error row, so every block
+    has it.
     """
     out = dict(row)
     own_params = None
     try:
         produced = dict(preprocess(row, options))
         own_params = produced.pop(SAMPLING_PARAMS_COLUMN, None)
+        if input_column == PROMPT_COLUMN and PROMPT_COLUMN not in produced:
+            produced[PROMPT_COLUMN] = messages_as_written(produced.pop(MESSAGES_COLUMN, None))
         out.update(produced)
         out[ERROR_COLUMN] = None
     except Exception as exc:  # noqa: BLE001 - recorded on the row
-        out[MESSAGES_COLUMN] = None
+        out[input_column] = None
         out[ERROR_COLUMN] = f"preprocess: {exc}"
     out[RAY_LLM_ERROR_COLUMN] = out[ERROR_COLUMN] or ""
     out[SAMPLING_PARAMS_COLUMN] = row_sampling_params(sampling_params, own_params)
     out[MAX_TOKENS_COLUMN] = out[SAMPLING_PARAMS_COLUMN].get("max_tokens")
     return out
+
+
+def messages_as_written(messages: Any) -> str:
+    """Chat messages as one prompt for a model without a chat template: their texts in
+    order, a blank line between (a job's system and user prompts, as written).
+
+    Raises:
+        ValueError: no messages, or a part that is not text (an image needs the chat
+            template of a vision model).
+    """
+    texts = []
+    for message in plain(messages) or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        for part in parts:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(
+                    part.get("text"), str):
+                raise ValueError("a message part that is not text needs the chat template: "
+                                 "leave engine.apply_chat_template out")
+            texts.append(part["text"])
+    if not texts:
+        raise ValueError("the job gave no prompt text")
+    return "\n\n".join(texts)
 
 
 def row_sampling_params(
@@ -395,7 +427,9 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
         stage, contract = planned.definition, planned.contract
         if contract.chat:
             kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
-                spec.sampling, planned.structured_output)}
+                spec.sampling, planned.structured_output),
+                "input_column": MESSAGES_COLUMN if getattr(
+                    planned.engine, "apply_chat_template", True) else PROMPT_COLUMN}
             prepare: Callable[..., dict[str, Any]] = prepare_row
         else:  # the task's own input columns instead
             kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row

@@ -27,7 +27,12 @@ from toolkit.errors import InputDataError, SpecError
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import MAIN_STAGE, JobSpec
-from toolkit.spec.row_contract import MAX_TOKENS_COLUMN, MESSAGES_COLUMN, TASK_CONTRACTS
+from toolkit.spec.row_contract import (
+    MAX_TOKENS_COLUMN,
+    MESSAGES_COLUMN,
+    PROMPT_COLUMN,
+    TASK_CONTRACTS,
+)
 from toolkit.spec.sample_sources import SampleProvider, require_sample
 from toolkit.spec.stages import StageDefinition
 
@@ -185,6 +190,7 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
                     "sampling_params": engine_sampling_params(
                         spec.sampling, stage.definition.structured_output(options)),
                     "id_column": spec.data.id_column,
+                    "apply_chat_template": getattr(stage.settings, "apply_chat_template", True),
                 }, batch_size=BATCH_ROWS, batch_format="pyarrow",
                 compute=ActorPoolStrategy(size=workers),
                 # Nothing to restart for: a worker that dies fails the count, which says so.
@@ -308,10 +314,12 @@ class _CountBatch:
     def __init__(self, tokenizer_source: str, ray_llm_prompt: bool,
                  chat_template_kwargs: dict[str, Any], preprocess: Any, options: Any,
                  earlier: dict[str, Any], sampling_params: dict[str, Any],
-                 id_column: str) -> None:
+                 id_column: str, apply_chat_template: bool = True) -> None:
         from toolkit.engines.prompt_tokens import PromptTokenCounter
 
         self.counter = PromptTokenCounter(tokenizer_source, ray_llm_prompt, chat_template_kwargs)
+        # Off: a row's `prompt` is counted as written (/v1/completions).
+        self.input_column = MESSAGES_COLUMN if apply_chat_template else PROMPT_COLUMN
         self.preprocess, self.options, self.earlier = preprocess, options, earlier
         self.sampling_params, self.id_column = sampling_params, id_column
 
@@ -329,16 +337,19 @@ class _CountBatch:
         good, conversations = [], []
         for i, row in enumerate(rows):
             out = prepare_row({**row, **self.earlier} if self.earlier else row,
-                              self.preprocess, self.options, self.sampling_params)
+                              self.preprocess, self.options, self.sampling_params,
+                              self.input_column)
             if out[ERROR_COLUMN]:
                 reasons[i] = out[ERROR_COLUMN]
                 continue
             good.append(i)
-            messages = out[MESSAGES_COLUMN]
-            conversations.append(messages if isinstance(messages, list) else plain(messages))
+            messages = out[self.input_column]
+            conversations.append(messages if isinstance(messages, (list, str)) else plain(messages))
             max_tokens[i] = int(out.get(MAX_TOKENS_COLUMN) or 0)
         if good:
-            tokens[good] = self.counter.count(conversations)
+            tokens[good] = (self.counter.count(conversations)
+                            if self.input_column == MESSAGES_COLUMN
+                            else self.counter.count_texts(conversations))
         return {"id": np.array(ids, dtype=object), "tokens": tokens,
                 "max_tokens": max_tokens, "reason": np.array(reasons, dtype=object)}
 

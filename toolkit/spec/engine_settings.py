@@ -290,6 +290,19 @@ def chat_template_kwargs_field() -> Any:
     )
 
 
+def apply_chat_template_field() -> Any:
+    """The ``apply_chat_template`` field of the chat engines (each declares it)."""
+    return Field(
+        True,
+        exclude_if=lambda value: value,
+        description=(
+            "False: each row's `prompt` (text, from the job's preprocess) is the model's "
+            "input as written, without the chat template: a base model, or OpenAI's "
+            "/v1/completions. True: the rows' `messages` go through the chat template."
+        ),
+    )
+
+
 #: Times Ray restarts one model worker that died mid-run, when ``max_restarts`` is unset.
 DEFAULT_MAX_RESTARTS = 3
 

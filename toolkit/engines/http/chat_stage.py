@@ -42,6 +42,7 @@ from toolkit.spec.row_contract import (
     GENERATED_LOGPROB_COLUMN,
     GENERATED_TEXT_COLUMN,
     MESSAGES_COLUMN,
+    PROMPT_COLUMN,
     RAY_LLM_ERROR_COLUMN,
     SAMPLING_PARAMS_COLUMN,
     plain,
@@ -65,8 +66,10 @@ _PAYLOAD = "payload"
 _RESPONSE = "http_response"
 
 
-def chat_completions_url(base_url: str) -> str:
-    return base_url.rstrip("/") + "/chat/completions"
+def chat_completions_url(base_url: str, apply_chat_template: bool = True) -> str:
+    """Where rows are sent: ``/chat/completions``, or ``/completions`` for rows whose
+    prompt is sent as written (``apply_chat_template: false``)."""
+    return base_url.rstrip("/") + ("/chat/completions" if apply_chat_template else "/completions")
 
 
 def header_values(api_key_env: str | None, headers_from_env: Mapping[str, str],
@@ -188,21 +191,24 @@ def _structured_output_fields(constraint: Mapping[str, Any], via: str) -> dict[s
 
 
 def chat_payload(row: Mapping[str, Any], model: str, via: str | None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The chat-completions request body for one prepared row.
+                 chat_template_kwargs: Mapping[str, Any] | None = None,
+                 apply_chat_template: bool = True) -> dict[str, Any]:
+    """The chat-completions request body for one prepared row (a completions body, its
+    ``prompt`` as written, where ``apply_chat_template`` is off).
 
     Raises:
         ValueError: the row's structured output can't be sent this way (``via``).
     """
     params = {k: v for k, v in (plain(row.get(SAMPLING_PARAMS_COLUMN)) or {}).items()
               if v is not None}
-    payload: dict[str, Any] = {"model": model, "messages": plain(row[MESSAGES_COLUMN])}
+    payload: dict[str, Any] = {"model": model, "messages": plain(row[MESSAGES_COLUMN])} \
+        if apply_chat_template else {"model": model, "prompt": str(row[PROMPT_COLUMN])}
     for key in ("max_tokens", "temperature", "top_p", "seed"):
         if key in params:
             payload[key] = params[key]
     payload.update(_structured_output_fields(params.get("structured_outputs") or {},
                                              via or "response_format"))
-    if chat_template_kwargs:
+    if chat_template_kwargs and apply_chat_template:
         payload["chat_template_kwargs"] = dict(chat_template_kwargs)
     return payload
 
@@ -229,15 +235,18 @@ class PayloadBuilder:
     """
 
     def __init__(self, model: str, via: str | None,
-                 chat_template_kwargs: Mapping[str, Any] | None) -> None:
+                 chat_template_kwargs: Mapping[str, Any] | None,
+                 apply_chat_template: bool = True) -> None:
         self.model, self.via = model, via
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.apply_chat_template = apply_chat_template
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         if row_error(row.get(ERROR_COLUMN)) or row_error(row.get(RAY_LLM_ERROR_COLUMN)):
             return {_PAYLOAD: None}
         try:
-            return {_PAYLOAD: chat_payload(row, self.model, self.via, self.chat_template_kwargs)}
+            return {_PAYLOAD: chat_payload(row, self.model, self.via, self.chat_template_kwargs,
+                                           self.apply_chat_template)}
         except ValueError as exc:
             message = f"engine: {exc}"
             return {_PAYLOAD: None, ERROR_COLUMN: message, RAY_LLM_ERROR_COLUMN: message}
@@ -256,7 +265,9 @@ def read_response(row: dict[str, Any]) -> dict[str, Any]:
     choice = response["choices"][0] or {}
     message = choice.get("message") or {}
     usage = response.get("usage") or {}
-    return {**out, GENERATED_TEXT_COLUMN: message.get("content") or "",
+    # A completion's answer is its choice's text; a chat completion's, its message.
+    text = choice["text"] if isinstance(choice.get("text"), str) else message.get("content")
+    return {**out, GENERATED_TEXT_COLUMN: text or "",
             "num_input_tokens": usage.get("prompt_tokens"),
             "num_generated_tokens": usage.get("completion_tokens"),
             FINISH_REASON_COLUMN: choice.get("finish_reason"),
@@ -292,7 +303,7 @@ def build_http_processor(engine: "HttpSettings", samples: "SampleProvider | None
     assert engine.base_url is not None
     low, high = engine.pool_size
     config = HttpRequestProcessorConfig(
-        url=chat_completions_url(engine.base_url),
+        url=chat_completions_url(engine.base_url, engine.apply_chat_template),
         batch_size=engine.batch_size,
         concurrency=(low, high),
         qps=engine.qps,
@@ -304,7 +315,8 @@ def build_http_processor(engine: "HttpSettings", samples: "SampleProvider | None
     return build_processor(
         config,
         preprocess=PayloadBuilder(served_model_name(engine, samples),
-                                  engine.structured_outputs_via, engine.chat_template_kwargs),
+                                  engine.structured_outputs_via, engine.chat_template_kwargs,
+                                  engine.apply_chat_template),
         postprocess=read_response,
     )
 

@@ -9,13 +9,18 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from toolkit.redaction import redact
-from toolkit.spec.engine_settings import EngineSettings, chat_template_kwargs_field
+from toolkit.spec.engine_settings import (
+    EngineSettings,
+    apply_chat_template_field,
+    chat_template_kwargs_field,
+)
 from toolkit.spec.env_names import check_env_name
 
 
 class HttpSettings(EngineSettings):
     # Sent with each request (vLLM's server reads it).
     chat_template_kwargs: dict[str, Any] = chat_template_kwargs_field()
+    apply_chat_template: bool = apply_chat_template_field()
     # Left out of dumps while unset, so specs keep their hash.
     base_url: str | None = Field(
         None,

@@ -45,6 +45,7 @@ from toolkit.spec.row_contract import (
     GENERATED_LOGPROB_COLUMN,
     GENERATED_TEXT_COLUMN,
     MESSAGES_COLUMN,
+    PROMPT_COLUMN,
     SAMPLING_PARAMS_COLUMN,
     object_column,
     plain,
@@ -234,6 +235,7 @@ class TransformersChatEngine:
         chat_template_kwargs: dict[str, Any] | None = None,
         dedupe: bool = True,
         rows_per_call: int | None = None,
+        apply_chat_template: bool = True,
     ) -> None:
         started = time.monotonic()
         import torch
@@ -257,6 +259,8 @@ class TransformersChatEngine:
         self.max_model_len = int(engine_kwargs.get("max_model_len") or config_limit or 4096)
         # Extra chat template arguments (e.g. enable_thinking), as vLLM's stage passes them.
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # Off: each row's `prompt` is the model's input as written (/v1/completions).
+        self.apply_chat_template = apply_chat_template
         self._grammar_tokenizer: Any = None
         self._token_bytes: TokenBytes | None = None
         self._grammars: dict[str, CompiledGrammar] = {}
@@ -295,16 +299,24 @@ class TransformersChatEngine:
         return self._grammars[key]
 
     # -- generation ---------------------------------------------------------
-    def _prepare_prompts(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
-        """Per row, a prompt for ``_encode``, or a ValueError saying why the row can't run."""
-        texts = [
-            self.tokenizer.apply_chat_template(
-                c, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
-            )
-            for c in conversations
-        ]
+    def _prepare_prompts(self, inputs: list[Any]) -> list[Any]:
+        """Per row, a prompt for ``_encode``, or a ValueError saying why the row can't run.
+
+        ``inputs``: the rows' chat messages, or their prompt texts as written where the
+        chat template is off; those are tokenized with the tokenizer's special tokens
+        (a BOS), as vLLM tokenizes a completion's prompt."""
+        if self.apply_chat_template:
+            texts = [
+                self.tokenizer.apply_chat_template(
+                    c, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+                )
+                for c in inputs
+            ]
+        else:
+            texts = [str(text) for text in inputs]
         # One batched (Rust, multi-threaded) tokenizer call for the whole batch.
-        token_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        token_ids = self.tokenizer(
+            texts, add_special_tokens=not self.apply_chat_template)["input_ids"] if texts else []
         return [self._check_length(len(ids)) or ids for ids in token_ids]
 
     def _check_length(self, n_tokens: int) -> ValueError | None:
@@ -470,7 +482,8 @@ class TransformersChatEngine:
             self._answers.popitem(last=False)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        size = len(batch[MESSAGES_COLUMN])
+        inputs = MESSAGES_COLUMN if self.apply_chat_template else PROMPT_COLUMN
+        size = len(batch[inputs])
         if self._load_seconds is not None:
             log_first_batch(size, self._load_seconds)
             self._load_seconds = None
@@ -479,7 +492,7 @@ class TransformersChatEngine:
         groups: dict[str, list[tuple[int, Any]]] = {}
         group_params: dict[str, dict[str, Any]] = {}
         todo = [i for i in range(size) if not errors[i]]
-        prompts = self._prepare_prompts([plain(batch[MESSAGES_COLUMN][i]) for i in todo])
+        prompts = self._prepare_prompts([plain(batch[inputs][i]) for i in todo])
         for i, prompt in zip(todo, prompts):
             if isinstance(prompt, ValueError):
                 errors[i] = str(prompt)
@@ -497,7 +510,8 @@ class TransformersChatEngine:
                 else:
                     answers[i] = result
         # The prompt columns are consumed here; carrying them on only costs memory.
-        batch.pop(MESSAGES_COLUMN)
+        batch.pop(MESSAGES_COLUMN, None)
+        batch.pop(inputs, None)
         batch.pop(SAMPLING_PARAMS_COLUMN, None)
         for column, field in _ANSWER_COLUMNS:
             batch[column] = object_column([getattr(a, field) if a else None for a in answers])
@@ -701,6 +715,7 @@ def apply_transformers_engine(
             "num_threads": max(1, int(engine.num_cpus)),
             "samples": samples,
             "chat_template_kwargs": dict(engine.chat_template_kwargs),
+            "apply_chat_template": getattr(engine, "apply_chat_template", True),
         },
         **stage_resources(engine),
     )

@@ -20,6 +20,7 @@ from pydantic import model_validator
 from toolkit.engines.vllm.engine_args import VLLM_ENGINE_ARGS, VLLM_TUNING_KWARGS
 from toolkit.spec.engine_settings import (
     EngineSettings,
+    apply_chat_template_field,
     chat_template_kwargs_field,
     max_restarts_field,
     restarts,
@@ -44,6 +45,7 @@ def unused_vllm_kwargs(kwargs: Mapping[str, Any]) -> list[str]:
 class TransformersSettings(EngineSettings):
     max_restarts: int | None = max_restarts_field("model process")
     chat_template_kwargs: dict[str, Any] = chat_template_kwargs_field()
+    apply_chat_template: bool = apply_chat_template_field()
 
     @property
     def restarts(self) -> int:

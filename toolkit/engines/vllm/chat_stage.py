@@ -60,8 +60,10 @@ def build_vllm_processor(
     cpu_stage = cpu_stage_settings(engine)
     config = vLLMEngineProcessorConfig(
         **vllm_engine_settings(engine, samples),
+        # Off: the rows' `prompt` goes to the tokenizer as written (/v1/completions).
         chat_template_stage={
-            **cpu_stage, "chat_template_kwargs": dict(engine.chat_template_kwargs) or None
+            **cpu_stage, "chat_template_kwargs": dict(engine.chat_template_kwargs) or None,
+            "enabled": engine.apply_chat_template,
         },
         tokenize_stage=dict(cpu_stage),
         detokenize_stage=dict(cpu_stage),

@@ -32,6 +32,7 @@ from toolkit.engines.vllm.start_failure import (
     OutputSince,
     engine_start_error,
     engine_start_reason,
+    exception_reason,
 )
 from toolkit.errors import EngineStartError
 
@@ -56,7 +57,7 @@ class vLLMEngineStageUDF(RayDataLlmEngineUDF):  # noqa: N801 - Ray Data LLM's na
             super().__init__(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any failed start ends the run, as Ray Data would
             reason = engine_start_reason(output.text()) or engine_start_reason(str(exc)) \
-                or f"{type(exc).__name__}: {exc}"
+                or exception_reason(exc)
             self.start_error = engine_start_error(reason, dict(kwargs.get("engine_kwargs") or {}))
             logger.error("vLLM's engine did not start; the run stops at this worker's first "
                          "batch: %s", reason, exc_info=exc)

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from toolkit.spec.engine_settings import (
     EngineSettings,
+    apply_chat_template_field,
     chat_template_kwargs_field,
     max_restarts_field,
     restarts,
@@ -59,6 +60,7 @@ class VllmSettings(EngineSettings):
     )
     max_restarts: int | None = max_restarts_field("vLLM engine")
     chat_template_kwargs: dict[str, Any] = chat_template_kwargs_field()
+    apply_chat_template: bool = apply_chat_template_field()
 
     @property
     def restarts(self) -> int:

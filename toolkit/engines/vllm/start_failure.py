@@ -32,7 +32,11 @@ _KV_CACHE_WORDS = re.compile(r"KV cache|cache blocks|kv_cache|memory for kv", re
 _KV_CACHE_TOO_LARGE = re.compile(r"less than requested memory for kv", re.IGNORECASE)
 #: vLLM's wrapper naming its engine process ended by a signal: ``{'EngineCore': -9}``.
 _KILLED = re.compile(r"Failed core proc\(s\): \{'EngineCore': -(?P<signal>\d+)\}")
-#: The longest reason kept: vLLM's run a few hundred characters.
+#: vLLM's refusal of a checkpoint whose architecture it has no implementation of.
+_UNSUPPORTED_ARCHITECTURE = re.compile(
+    r"Model architectures? \[(?P<names>[^\]]*)\] (?:are|is) not supported")
+#: The longest reason kept: vLLM's run a few hundred characters (one lists every
+#: architecture it supports: some 10,000).
 MAX_REASON_CHARS = 700
 
 
@@ -63,21 +67,41 @@ class OutputSince:
         return "\n".join(parts)
 
 
+def _shortened(line: str) -> str:
+    line = line.split(" Supported architectures:")[0]  # the 10,000 characters: the docs list them
+    return line if len(line) <= MAX_REASON_CHARS else line[:MAX_REASON_CHARS - 3] + "..."
+
+
 def engine_start_reason(output: str) -> str | None:
     """vLLM's reason in ``output``: the first ``SomeError: message`` line that is not
     vLLM's generic wrapper, without vLLM's prefixes; None when there is none."""
     for raw in output.splitlines():
         line = _PREFIX.sub("", raw.strip()).strip()
         if _ERROR_LINE.match(line) and not any(w in line for w in _WRAPPERS):
-            return line if len(line) <= MAX_REASON_CHARS else line[:MAX_REASON_CHARS - 3] + "..."
+            return _shortened(line)
     return None
+
+
+def exception_reason(exc: BaseException) -> str:
+    """``exc`` as one line of reason, for a start that failed in the engine actor itself
+    (vLLM checks its arguments there, before any engine process): a pydantic
+    ``ValidationError`` is its first error's message, not its header."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if type(exc).__name__ == "ValidationError" and len(lines) > 1:
+        lines = lines[1:]  # "1 validation error for ModelConfig" says nothing
+    message = (lines[0] if lines else "").removeprefix("Value error, ")
+    return _shortened(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
 
 
 def engine_start_error(reason: str, engine_kwargs: dict[str, Any]) -> EngineStartError:
     """The run's error for an engine that could not start because of ``reason``, with
     the toolkit setting that changes it."""
     rerun = "Rows already written stay; the same command resumes."
-    if _KV_CACHE_WORDS.search(reason):
+    if unsupported := _UNSUPPORTED_ARCHITECTURE.search(reason):
+        hint = (f"vLLM has no implementation of {unsupported['names']} (the architectures in "
+                f"the checkpoint's config.json): pick a model of an architecture vLLM supports, "
+                f"or run this one with --engine transformers. {rerun}")
+    elif _KV_CACHE_WORDS.search(reason):
         size = engine_kwargs.get("kv_cache_memory_bytes")
         now = f" (now {size / 2**30:.4g} GiB)" if isinstance(size, (int, float)) else ""
         length = engine_kwargs.get("max_model_len")

@@ -81,11 +81,15 @@ if TYPE_CHECKING:
 
 
 CHAT_COMPLETIONS_URL = "/v1/chat/completions"
+COMPLETIONS_URL = "/v1/completions"
 EMBEDDINGS_URL = "/v1/embeddings"
 #: The endpoints a run answers, each with the ``engine.task`` that answers it: a run
 #: is one model doing one task, so it serves the endpoints of its task and answers
 #: the other lines of a mixed file with an error line (400) naming why.
-ENDPOINT_TASKS: dict[str, str] = {CHAT_COMPLETIONS_URL: "generate", EMBEDDINGS_URL: "embed"}
+ENDPOINT_TASKS: dict[str, str] = {CHAT_COMPLETIONS_URL: "generate", COMPLETIONS_URL: "generate",
+                                  EMBEDDINGS_URL: "embed"}
+#: The endpoints whose lines hold several texts, each its own row (``input_index``).
+SPLIT_ENDPOINTS = (EMBEDDINGS_URL, COMPLETIONS_URL)
 
 #: Columns of a staged request file, in order. ``custom_id`` is the row id;
 #: ``line`` the 1-based line number; ``body`` the request body as compact JSON text
@@ -131,6 +135,14 @@ _TOOL_FIELDS = ("tools", "tool_choice")
 #: An embeddings body's fields: ``input`` is embedded, the rest don't change the vector
 #: (``encoding_format`` float only, ``dimensions`` refused: the model's own size).
 _EMBEDDING_FIELDS = ("input", "model", "user", "encoding_format")
+#: A completions body's fields (OpenAI's legacy endpoint): ``prompt`` as written, the
+#: sampling fields; ``echo``, ``suffix``, ``stop``, ``best_of``... are refused by name.
+_COMPLETION_FIELDS = ("prompt", "max_tokens", "temperature", "top_p", "seed", "model", "user",
+                      "stream", "n", "logprobs")
+#: OpenAI's and vLLM's max_tokens of a completion that does not say.
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+#: The most prompts one completions line may hold.
+MAX_COMPLETION_PROMPTS = 2048
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -150,11 +162,13 @@ class OpenAIBatchOptions(StrictModel):
                                 "valid against the schema as given. --smoke sets 16, as the "
                                 "random-weight model never ends a string. None: the schema "
                                 "as given.")
-    endpoint: Literal["/v1/chat/completions", "/v1/embeddings"] | None = Field(
+    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"] | None = Field(
         None, description="The endpoint this run answers: /v1/chat/completions (engine.task "
-                          "generate) or /v1/embeddings (engine.task embed). A run is one "
-                          "model doing one task, so lines for another endpoint are error "
-                          "lines (400). Unset: the url of the input file's first request.")
+                          "generate), /v1/completions (generate, each prompt as written: "
+                          "engine.apply_chat_template false) or /v1/embeddings (engine.task "
+                          "embed). A run is one model doing one task one way, so lines for "
+                          "another endpoint are error lines (400). Unset: the url of the "
+                          "input file's first request.")
 
 
 def run_endpoint(spec: JobSpec) -> str:
@@ -270,7 +284,12 @@ def parse_request_line(text: str, line: int, served: Sequence[str] | None = None
             f"method {method!r} is not supported; only POST"), url, model)
     if url not in ENDPOINT_TASKS:
         return _bad_line(line, custom_id, RequestError(
-            f"url {url!r} is not supported; only {' and '.join(ENDPOINT_TASKS)}"), url, model)
+            f"url {url!r} is not supported; only {', '.join(ENDPOINT_TASKS)}"), url, model)
+    if url != endpoint and ENDPOINT_TASKS[url] == ENDPOINT_TASKS.get(endpoint):
+        return _bad_line(line, custom_id, RequestError(
+            f"url {url!r}: this run answers {endpoint}, and a run puts every prompt through "
+            f"the chat template or none (engine.apply_chat_template). Run the {url} lines "
+            f"as a file (or batch) of their own"), url, model)
     if url != endpoint:
         return _bad_line(line, custom_id, RequestError(
             f"url {url!r} needs a model for engine.task {ENDPOINT_TASKS[url]}; this run "
@@ -278,15 +297,17 @@ def parse_request_line(text: str, line: int, served: Sequence[str] | None = None
             f"Run the {url} lines as a file (or batch) of their own"), url, model)
     if not isinstance(body, dict):
         return _bad_line(line, custom_id, RequestError(
-            "body must be a JSON object with model and "
-            + ("input" if url == EMBEDDINGS_URL else "messages")), url, model)
+            "body must be a JSON object with model and " + {
+                EMBEDDINGS_URL: "input", COMPLETIONS_URL: "prompt"}.get(url, "messages")),
+            url, model)
     if asked is not None and (not isinstance(asked, str) or (served and asked not in served)):
         return _bad_line(line, custom_id, RequestError(
             f"The model `{asked}` does not exist.", status=404), url,
             served[0] if served else None)
     body_text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     try:
-        embedding_request(body_text) if url == EMBEDDINGS_URL else chat_request(body_text)
+        {EMBEDDINGS_URL: embedding_request, COMPLETIONS_URL: completion_request}.get(
+            url, chat_request)(body_text)
     except RequestError as exc:
         return _bad_line(line, custom_id, exc, url, model)
     return {ID_COLUMN: custom_id, LINE_COLUMN: line, URL_COLUMN: url, BODY_COLUMN: body_text,
@@ -296,10 +317,12 @@ def parse_request_line(text: str, line: int, served: Sequence[str] | None = None
 
 def text_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
     """A request row as the rows that run it: itself, or for an embeddings line with
-    several texts one row per text (``custom_id[i]``, ``input_index`` i)."""
-    if row[REQUEST_ERROR_COLUMN] is not None or row[URL_COLUMN] != EMBEDDINGS_URL:
+    several texts (a completions line with several prompts) one row per text
+    (``custom_id[i]``, ``input_index`` i)."""
+    if row[REQUEST_ERROR_COLUMN] is not None or row[URL_COLUMN] not in SPLIT_ENDPOINTS:
         return [row]
-    texts = embedding_request(row[BODY_COLUMN])
+    texts = (embedding_request(row[BODY_COLUMN]) if row[URL_COLUMN] == EMBEDDINGS_URL
+             else completion_request(row[BODY_COLUMN])[0])
     if len(texts) == 1:
         return [row]
     return [{**row, ID_COLUMN: f"{row[ID_COLUMN]}[{i}]", INPUT_INDEX_COLUMN: i,
@@ -578,6 +601,49 @@ def embedding_request(body_text: str) -> list[str]:
     return texts
 
 
+def completion_request(body_text: str) -> tuple[list[str], dict[str, Any]]:
+    """A completions body as (its prompts, as written, in order, and their sampling
+    params): ``prompt`` is a string or a list of them, each answered as ``choices[i]``;
+    ``max_tokens`` is 16 where the body doesn't say, as OpenAI and vLLM have it.
+
+    Raises:
+        RequestError: naming the field: no prompt, token arrays, more than 2,048
+            prompts, a field this toolkit can't honour (``echo``, ``suffix``, ``stop``...).
+    """
+    body = json.loads(body_text)
+    unknown = sorted(set(body) - set(_COMPLETION_FIELDS))
+    if unknown:
+        raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
+                           + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
+                           + "; remove it from the request")
+    if body.get("stream"):
+        raise RequestError("body.stream: true is not supported in a batch; remove it")
+    if body.get("n", 1) != 1:
+        raise RequestError(f"body.n {body['n']!r}: one answer per prompt only (n: 1)")
+    if body.get("logprobs") is not None:
+        raise RequestError("body.logprobs is not supported; remove it")
+    value = body.get("prompt")
+    prompts = [value] if isinstance(value, str) else value
+    if isinstance(prompts, list) and prompts and all(
+            isinstance(v, int) or isinstance(v, list) for v in prompts):
+        raise RequestError("body.prompt: token arrays are not supported; send the text")
+    if not isinstance(prompts, list) or not prompts or not all(
+            isinstance(v, str) and v for v in prompts):
+        raise RequestError("body.prompt must be a non-empty string or a list of them")
+    if len(prompts) > MAX_COMPLETION_PROMPTS:
+        raise RequestError(f"body.prompt holds {len(prompts):,} prompts; at most "
+                           f"{MAX_COMPLETION_PROMPTS:,} a request")
+    max_tokens = _number(body, "max_tokens", 1, 1e9, integer=True)
+    params = {
+        "max_tokens": COMPLETION_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+        "temperature": _number(body, "temperature", 0, 2),
+        "top_p": _number(body, "top_p", 1e-9, 1),
+        "seed": _number(body, "seed", -(2 ** 63), 2 ** 63 - 1, integer=True),
+        "structured_outputs": None,
+    }
+    return prompts, params
+
+
 def _short_hash(*parts: Any) -> str:
     return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:24]
 
@@ -647,6 +713,7 @@ def batch_output_line(
     url: str | None = None,
     embeddings: Sequence[Sequence[float] | None] = (),
     tool_name: str | None = None,
+    completions: Sequence[tuple[str | None, str | None]] = (),
 ) -> dict[str, Any]:
     """One line of a Batch API output file for a written row.
 
@@ -666,6 +733,8 @@ def batch_output_line(
             ``chat.completion``.
         tool_name: The function a chat answer calls (``content`` holds its arguments):
             answered as ``message.tool_calls[0]``, ``finish_reason: tool_calls``.
+        completions: For ``/v1/completions``, (text, finish_reason) of each of the
+            line's prompts: a ``text_completion`` whose ``choices[i]`` answer ``prompt[i]``.
 
     A chat answer's thinking (``<think>...</think>``) goes to ``message.reasoning``,
     vLLM's field, and the answer after it to ``content``.
@@ -689,6 +758,21 @@ def batch_output_line(
                              for i, vector in enumerate(embeddings)],
                     "model": model,
                     "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}},
+                "error": None}
+    if url == COMPLETIONS_URL:
+        body = {
+            "id": f"cmpl-{_short_hash('completion', custom_id, created)}",
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [{"index": i, "text": text or "", "logprobs": None,
+                         "finish_reason": reason or "stop"}
+                        for i, (text, reason) in enumerate(completions)],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+        return {"id": line_id, "custom_id": custom_id,
+                "response": {"status_code": 200, "request_id": request_id, "body": body},
                 "error": None}
     reasoning, content = split_reasoning(content) if tool_name is None else (None, content)
     message: dict[str, Any] = {"role": "assistant", "content": content or ""}
@@ -1048,19 +1132,20 @@ def batch_output_lines(run_dir: RunDirectory, file_format: str, model: str, crea
             custom_id=custom_id, content=row.get(CONTENT_COLUMN),
             finish_reason=row.get("finish_reason"),
             prompt_tokens=sum(int(r.get("num_input_tokens") or 0) for r in request),
-            completion_tokens=row.get("num_generated_tokens"),
+            completion_tokens=sum(int(r.get("num_generated_tokens") or 0) for r in request),
             error=failed.get(ERROR_COLUMN) if failed else None,
             model=row.get(MODEL_COLUMN) or model, created=created,
             error_status=failed.get(STATUS_COLUMN) if failed else None,
             url=row.get(URL_COLUMN),
             embeddings=[r.get(EMBEDDING_COLUMN) for r in request],
             tool_name=row.get(TOOL_CALL_COLUMN),
+            completions=[(r.get(CONTENT_COLUMN), r.get("finish_reason")) for r in request],
         )
 
 
 def _requests(table: "pa.Table") -> Iterator[list[dict[str, Any]]]:
     """The rows of ``table`` (in line order) a request at a time: one row, or the rows
-    of an embeddings line's texts."""
+    of an embeddings line's texts (a completions line's prompts)."""
     request: list[dict[str, Any]] = []
     for batch in table.to_batches(max_chunksize=1024):
         for row in batch.to_pylist():
