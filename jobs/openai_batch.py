@@ -5,8 +5,8 @@ Each request line (``{"custom_id", "method", "url", "body"}``) is a row keyed on
 the file's first request) with one model: ``/v1/chat/completions`` on
 ``engine.task: generate``, ``/v1/completions`` on ``generate`` with each prompt as
 written (``engine.apply_chat_template: false``), ``/v1/embeddings`` on ``engine.task:
-embed``; lines for another are error lines (400) naming why. A chat line's ``body.messages`` are the row's
-chat messages and the body's sampling fields (``max_tokens`` /
+embed``; lines for another are error lines (400) naming why. A chat line's
+``body.messages`` are the row's chat messages and the body's sampling fields (``max_tokens`` /
 ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``response_format``)
 override the spec's ``sampling`` for that row; ``tools`` with ``tool_choice``
 ``required`` or a named function are answered with a function call whose arguments

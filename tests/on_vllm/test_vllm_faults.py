@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from vllm_cli import succeeded, toolkit_run
+from vllm_cli import finish_run, start_run, succeeded, toolkit_run
 
 from toolkit.errors import EngineDiedError, EngineStartError
 from toolkit.samples.tiny_model import tiny_chat_model_path
@@ -151,41 +151,51 @@ def test_a_vllm_run_ends_with_its_summary_and_no_leak_report(killed_engine_run):
     assert "nanobind" not in printed and "leaked" not in printed
 
 
-def test_an_engine_whose_kv_cache_cannot_hold_one_request_stops_the_run_saying_why(tmp_path):
-    out = tmp_path / "out"
-    result = toolkit_run("text-industry", *SMOKE_ON_VLLM, "--rows", "30",
-                         "--set", "engine.kv_cache_gib=0.0002", "--output", str(out),
-                         timeout=300)
+@pytest.fixture(scope="module")
+def failed_starts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess]:
+    """Runs whose vLLM engine can never start, by cause: a KV cache too small for one
+    request, one larger than the machine, a model of an architecture vLLM has no
+    implementation of. Started together: each is mostly vLLM importing itself in three
+    processes, so side by side they take little longer than one."""
+    folder = tmp_path_factory.mktemp("failed-starts")
+    model = folder / "my-model"
+    shutil.copytree(tiny_chat_model_path(), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["MadeUpLM"]}))
+    runs = {
+        "kv too small": [*SMOKE_ON_VLLM, "--set", "engine.kv_cache_gib=0.0002"],
+        "kv too large": [*SMOKE_ON_VLLM, "--set", "engine.kv_cache_gib=4096"],
+        "architecture": ["--engine", "vllm", "--accelerator", "none", "--model", str(model),
+                         "--input", str(customers(folder))],
+    }
+    started = {cause: start_run("text-industry", *flags, "--rows", "30", "--output",
+                                str(folder / cause.replace(" ", "-")))
+               for cause, flags in runs.items()}
+    return {cause: finish_run(proc, timeout=420) for cause, proc in started.items()}
+
+
+def error_of(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == EngineStartError.exit_code, result.stderr[-3000:]
-    error = result.stderr[result.stderr.index("Error: "):]
+    assert "nanobind" not in result.stderr
+    return result.stderr[result.stderr.index("Error: "):]
+
+
+def test_an_engine_whose_kv_cache_cannot_hold_one_request_stops_the_run_saying_why(
+        failed_starts):
+    error = error_of(failed_starts["kv too small"])
     assert "The vLLM engine could not start: ValueError:" in error
     assert "KV cache" in error and "engine.kv_cache_gib" in error
-    assert "nanobind" not in result.stderr
 
 
-def test_a_kv_cache_larger_than_the_machine_stops_the_run_saying_to_lower_it(tmp_path):
-    result = toolkit_run("text-industry", *SMOKE_ON_VLLM, "--rows", "30",
-                         "--set", "engine.kv_cache_gib=4096", "--output", str(tmp_path / "out"),
-                         timeout=300)
-    assert result.returncode == EngineStartError.exit_code, result.stderr[-3000:]
-    error = result.stderr[result.stderr.index("Error: "):]
+def test_a_kv_cache_larger_than_the_machine_stops_the_run_saying_to_lower_it(failed_starts):
+    error = error_of(failed_starts["kv too large"])
     assert "is less than requested memory for kv (4096.0 GiB)" in error
     assert "Hint: Lower engine.kv_cache_gib (now 4096 GiB) to what the machine's free " \
         "memory holds." in error
 
 
-def test_a_model_vllm_cannot_run_stops_the_run_naming_its_architecture(tmp_path):
-    model = tmp_path / "my-model"
-    shutil.copytree(tiny_chat_model_path(), model)
-    config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "architectures": ["MadeUpLM"]}))
-
-    result = toolkit_run("text-industry", "--engine", "vllm", "--accelerator", "none",
-                         "--model", str(model), "--rows", "30", "--input", str(customers(tmp_path)),
-                         "--output", str(tmp_path / "out"), timeout=300)
-
-    assert result.returncode == EngineStartError.exit_code, result.stderr[-3000:]
-    error = result.stderr[result.stderr.index("Error: "):]
+def test_a_model_vllm_cannot_run_stops_the_run_naming_its_architecture(failed_starts):
+    error = error_of(failed_starts["architecture"])
     assert error.startswith("Error: The vLLM engine could not start: ValidationError: Model "
                             "architectures ['MadeUpLM'] are not supported for now.\n")
     assert "Hint: vLLM has no implementation of 'MadeUpLM'" in error

@@ -21,7 +21,7 @@ import pytest
 from vllm_cli import read_rows, succeeded, toolkit_run
 
 from toolkit.samples.customers import customers_batch
-from toolkit.samples.tiny_model import build_tiny_chat_model
+from toolkit.samples.tiny_model import build_tiny_chat_model, tiny_chat_model_path
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
@@ -190,8 +190,13 @@ def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
                  "body": {"model": "any", "max_tokens": 64, "tools": [weather],
                           "tool_choice": "required",
                           "messages": [{"role": "user", "content": "Weather in Oslo?"}]}}
+    # More tokens than the model's context holds: answered up to max_model_len, as
+    # vLLM caps it (its KV cache holds one whole request, or it would not start).
+    beyond = {"custom_id": "beyond", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"model": "any", "max_tokens": 100_000,
+                       "messages": [{"role": "user", "content": "Tell me everything."}]}}
     requests = tmp_path / "requests.jsonl"
-    requests.write_text("".join(json.dumps(line) + "\n" for line in [*lines, tool_line]))
+    requests.write_text("".join(json.dumps(line) + "\n" for line in [*lines, tool_line, beyond]))
     out = tmp_path / "batch"
     succeeded(toolkit_run("openai-batch", "--smoke", "--engine", "vllm", "--accelerator",
                           "none", "--input", str(requests), "--output", str(out),
@@ -201,7 +206,11 @@ def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
     for text in (out / "_batch_output.jsonl").read_text().splitlines():
         line = json.loads(text)
         answers[line["custom_id"]] = line
-    assert len(answers) == 13
+    assert len(answers) == 14
+    capped = answers.pop("beyond")["response"]
+    assert capped["status_code"] == 200, capped
+    context = json.loads((tiny_chat_model_path() / "config.json").read_text())
+    assert capped["body"]["usage"]["total_tokens"] <= context["max_position_embeddings"]
     # A required tool call: vLLM's structured output holds it to the function's schema.
     [choice] = answers.pop("tool-1")["response"]["body"]["choices"]
     assert choice["finish_reason"] == "tool_calls"
@@ -220,7 +229,7 @@ def test_openai_batch_lines_bring_their_own_params_to_vllm(tmp_path):
         body = answers[custom_id]["response"]["body"]
         assert body["usage"]["completion_tokens"] == 1
         assert body["choices"][0]["finish_reason"] == "length"
-    assert pq.read_table(out).num_rows == 13
+    assert pq.read_table(out).num_rows == 14
 
 
 def test_a_completions_file_is_answered_alike_by_vllm_and_transformers(tmp_path):

@@ -97,7 +97,7 @@ def test_bad_requests_get_openai_errors(server):
     assert wrong_purpose.value.param == "purpose"
     file = client.files.create(file=("x.jsonl", b"{}\n"), purpose="batch")
     with pytest.raises(openai.BadRequestError) as wrong_endpoint:
-        client.batches.create(input_file_id=file.id, endpoint="/v1/completions",
+        client.batches.create(input_file_id=file.id, endpoint="/v1/moderations",
                               completion_window="24h")
     assert wrong_endpoint.value.param == "endpoint"
     empty = client.files.create(file=("empty.jsonl", b"\n"), purpose="batch")
