@@ -356,6 +356,56 @@ def _messages(value: Any) -> list[dict[str, str]]:
     return messages
 
 
+def _body(body_text: str, fields: set[str]) -> dict[str, Any]:
+    """A request body, refusing by name the fields outside ``fields`` (what this
+    toolkit can't honour would change the answer)."""
+    body = json.loads(body_text)
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
+                           + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
+                           + "; remove it from the request")
+    return body
+
+
+def _one_answer(body: dict[str, Any], per: str) -> None:
+    """Refuses streaming and ``n`` > 1: a batch gives one answer per ``per``."""
+    if body.get("stream"):
+        raise RequestError("body.stream: true is not supported in a batch; remove it")
+    if body.get("n", 1) != 1:
+        raise RequestError(f"body.n {body['n']!r}: one answer per {per} only (n: 1)")
+
+
+def _texts(body: dict[str, Any], field: str, noun: str, limit: int, blank: bool,
+           what: str = "") -> list[str]:
+    """``body[field]``, a string or a list of them (at most ``limit``), as a list; a
+    whitespace-only one allowed where ``blank``. Token arrays are refused."""
+    value = body.get(field)
+    texts = [value] if isinstance(value, str) else value
+    if isinstance(texts, list) and texts and all(
+            isinstance(v, int) or isinstance(v, list) for v in texts):
+        raise RequestError(f"body.{field}: token arrays are not supported; send the text")
+    if not isinstance(texts, list) or not texts or not all(
+            isinstance(v, str) and (v if blank else v.strip()) for v in texts):
+        raise RequestError(f"body.{field} must be a non-empty string or a list of them{what}")
+    if len(texts) > limit:
+        raise RequestError(f"body.{field} holds {len(texts):,} {noun}; at most {limit:,} a "
+                           "request")
+    return texts
+
+
+def _sampling_params(body: dict[str, Any], max_tokens: int | None,
+                     structured: dict[str, str] | None) -> dict[str, Any]:
+    """A row's sampling params in vLLM's names, every key (None: the spec's value)."""
+    return {
+        "max_tokens": max_tokens,
+        "temperature": _number(body, "temperature", 0, 2),
+        "top_p": _number(body, "top_p", 1e-9, 1),
+        "seed": _number(body, "seed", -(2 ** 63), 2 ** 63 - 1, integer=True),
+        "structured_outputs": structured,
+    }
+
+
 def _number(body: dict[str, Any], name: str, low: float, high: float,
             integer: bool = False) -> Any:
     value = body.get(name)
@@ -405,17 +455,8 @@ def chat_request(body_text: str, argument_max_chars: int | None = None,
     Raises:
         RequestError: naming the body field that is wrong or unsupported (its ``param``).
     """
-    body = json.loads(body_text)
-    unknown = sorted(set(body) - {"messages", *_SAMPLING_FIELDS, *_IGNORED_FIELDS,
-                                  *_TOOL_FIELDS})
-    if unknown:
-        raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
-                         + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
-                         + "; remove it from the request")
-    if body.get("stream"):
-        raise RequestError("body.stream: true is not supported in a batch; remove it")
-    if body.get("n", 1) != 1:
-        raise RequestError(f"body.n {body['n']!r}: one answer per request only (n: 1)")
+    body = _body(body_text, {"messages", *_SAMPLING_FIELDS, *_IGNORED_FIELDS, *_TOOL_FIELDS})
+    _one_answer(body, "request")
     if body.get("logprobs"):
         raise RequestError("body.logprobs is not supported; remove it")
     messages = _messages(body.get("messages"))
@@ -432,14 +473,7 @@ def chat_request(body_text: str, argument_max_chars: int | None = None,
     max_tokens = _number(body, "max_completion_tokens", 1, 1e9, integer=True)
     if max_tokens is None:
         max_tokens = _number(body, "max_tokens", 1, 1e9, integer=True)
-    params = {
-        "max_tokens": max_tokens,
-        "temperature": _number(body, "temperature", 0, 2),
-        "top_p": _number(body, "top_p", 1e-9, 1),
-        "seed": _number(body, "seed", -(2 ** 63), 2 ** 63 - 1, integer=True),
-        "structured_outputs": structured,
-    }
-    return messages, params
+    return messages, _sampling_params(body, max_tokens, structured)
 
 
 class ToolCall:
@@ -577,28 +611,12 @@ def embedding_request(body_text: str) -> list[str]:
         RequestError: naming the field: no text, token arrays, more than 2,048 texts,
             ``dimensions``, a non-float encoding.
     """
-    body = json.loads(body_text)
-    unknown = sorted(set(body) - set(_EMBEDDING_FIELDS))
-    if unknown:
-        raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
-                           + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
-                           + "; remove it from the request")
+    body = _body(body_text, set(_EMBEDDING_FIELDS))
     if body.get("encoding_format", "float") != "float":
         raise RequestError(f"body.encoding_format {body['encoding_format']!r} is not "
                            "supported; only float")
-    value = body.get("input")
-    texts = [value] if isinstance(value, str) else value
-    if isinstance(texts, list) and texts and all(
-            isinstance(v, int) or isinstance(v, list) for v in texts):
-        raise RequestError("body.input: token arrays are not supported; send the text")
-    if not isinstance(texts, list) or not texts or not all(
-            isinstance(v, str) and v.strip() for v in texts):
-        raise RequestError("body.input must be a non-empty string or a list of them (the "
-                           "texts to embed)")
-    if len(texts) > MAX_EMBEDDING_INPUTS:
-        raise RequestError(f"body.input holds {len(texts):,} texts; at most "
-                           f"{MAX_EMBEDDING_INPUTS:,} a request")
-    return texts
+    return _texts(body, "input", "texts", MAX_EMBEDDING_INPUTS, blank=False,
+                  what=" (the texts to embed)")
 
 
 def completion_request(body_text: str) -> tuple[list[str], dict[str, Any]]:
@@ -610,38 +628,14 @@ def completion_request(body_text: str) -> tuple[list[str], dict[str, Any]]:
         RequestError: naming the field: no prompt, token arrays, more than 2,048
             prompts, a field this toolkit can't honour (``echo``, ``suffix``, ``stop``...).
     """
-    body = json.loads(body_text)
-    unknown = sorted(set(body) - set(_COMPLETION_FIELDS))
-    if unknown:
-        raise RequestError(f"body.{unknown[0]} is not supported by this toolkit"
-                           + (f" (nor {', '.join(unknown[1:])})" if unknown[1:] else "")
-                           + "; remove it from the request")
-    if body.get("stream"):
-        raise RequestError("body.stream: true is not supported in a batch; remove it")
-    if body.get("n", 1) != 1:
-        raise RequestError(f"body.n {body['n']!r}: one answer per prompt only (n: 1)")
+    body = _body(body_text, set(_COMPLETION_FIELDS))
+    _one_answer(body, "prompt")
     if body.get("logprobs") is not None:
         raise RequestError("body.logprobs is not supported; remove it")
-    value = body.get("prompt")
-    prompts = [value] if isinstance(value, str) else value
-    if isinstance(prompts, list) and prompts and all(
-            isinstance(v, int) or isinstance(v, list) for v in prompts):
-        raise RequestError("body.prompt: token arrays are not supported; send the text")
-    if not isinstance(prompts, list) or not prompts or not all(
-            isinstance(v, str) and v for v in prompts):
-        raise RequestError("body.prompt must be a non-empty string or a list of them")
-    if len(prompts) > MAX_COMPLETION_PROMPTS:
-        raise RequestError(f"body.prompt holds {len(prompts):,} prompts; at most "
-                           f"{MAX_COMPLETION_PROMPTS:,} a request")
+    prompts = _texts(body, "prompt", "prompts", MAX_COMPLETION_PROMPTS, blank=True)
     max_tokens = _number(body, "max_tokens", 1, 1e9, integer=True)
-    params = {
-        "max_tokens": COMPLETION_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-        "temperature": _number(body, "temperature", 0, 2),
-        "top_p": _number(body, "top_p", 1e-9, 1),
-        "seed": _number(body, "seed", -(2 ** 63), 2 ** 63 - 1, integer=True),
-        "structured_outputs": None,
-    }
-    return prompts, params
+    return prompts, _sampling_params(
+        body, COMPLETION_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, None)
 
 
 def _short_hash(*parts: Any) -> str:
