@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import InputDataError
-from toolkit.run.input.reading import local_csv_schema
+from toolkit.run.input.reading import CSV_BLOCK_BYTES, local_csv_schema
 from toolkit.run.input.source import stage_input
 from toolkit.run.output.run_directory import RunDirectory
 from toolkit.spec.jobs.catalog import load_job
@@ -63,3 +63,24 @@ def test_the_schema_of_a_local_csv_comes_from_its_first_block(tmp_path: Path) ->
     # Anything else is left to Ray's readers.
     assert local_csv_schema(spec_for(tmp_path, tmp_path / "out", **{"data.format": "csv"}).data) \
         is None
+
+
+def test_the_schema_of_a_big_csv_reads_one_block_and_a_quoted_newline_at_its_end_is_fine(
+        tmp_path: Path) -> None:
+    import psutil
+
+    # Rows past the first block, one of them a quoted cell whose newline sits right
+    # where the block is cut: the schema still comes back, and Arrow never reads the
+    # file ahead (it read up to 32 blocks, 512 MiB, and kept them for the whole run).
+    row = "1,Firm,001\n"
+    rows_before = (CSV_BLOCK_BYTES - len("Index,Company,Phone 1\n")) // len(row) - 1
+    cut = "2,\"Two\nlines\",002\n"
+    with (tmp_path / "big.csv").open("w") as f:
+        f.write("Index,Company,Phone 1\n" + row * rows_before + cut + row * (rows_before * 7))
+    spec = spec_for(tmp_path / "big.csv", tmp_path / "out")
+    process = psutil.Process()
+    before = process.memory_info().rss
+    assert local_csv_schema(spec.data) == pa.schema([
+        ("Index", pa.string()), ("Company", pa.string()), ("Phone 1", pa.string())])
+    # The block and its rows parsed (the whole file is 8 blocks).
+    assert process.memory_info().rss - before < 6 * CSV_BLOCK_BYTES

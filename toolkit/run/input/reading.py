@@ -8,6 +8,7 @@ reader reads them, with a line-by-line diagnosis where that fails), so that
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import io
 import os
@@ -189,13 +190,41 @@ def first_rows(data: DataConfig, rows: int,
     return _at_most(opened, rows, data.input)
 
 
-def _csv_reader(source: str, convert: Any = None) -> Iterable["pa.RecordBatch"]:
+def _csv_reader(source: "str | pa.NativeFile", convert: Any = None) -> Iterable["pa.RecordBatch"]:
     """Arrow's streaming CSV reader with the options :func:`open_input` gives Ray's."""
     import pyarrow.csv as pacsv
 
     return pacsv.open_csv(
         source, convert_options=convert if convert is not None else _csv_as_text(source),
         read_options=pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES))
+
+
+def _first_block(source: str) -> "pa.BufferReader | None":
+    """A local CSV file's first block (:data:`CSV_BLOCK_BYTES`, up to its last whole
+    row), in memory; None where that holds no whole row. The streaming reader opened
+    on the file reads up to 32 blocks ahead in the background (half a GiB at 16 MiB a
+    block, kept by Arrow's allocator for the rest of the run) for the one block a
+    schema needs."""
+    import pyarrow as pa
+
+    with _open_binary(source) as stream:
+        head = stream.read(CSV_BLOCK_BYTES + 1)
+    if len(head) > CSV_BLOCK_BYTES:
+        head = head[: _end_of_last_row(head[:CSV_BLOCK_BYTES])]
+    return pa.BufferReader(head) if head else None
+
+
+def _end_of_last_row(text: bytes) -> int:
+    """Where the last whole CSV row of ``text`` ends: after a newline outside quotes
+    (0: none). A quote inside a quoted cell is doubled, so a newline has an even
+    number of quotes before it exactly when it is outside them."""
+    end = text.rfind(b"\n")
+    inside = text.count(b'"', 0, end) % 2
+    while end >= 0 and inside:
+        before = text.rfind(b"\n", 0, end)
+        inside ^= text.count(b'"', before + 1, end) % 2
+        end = before
+    return end + 1
 
 
 def _at_most(opened: Callable[[], Iterable["pa.RecordBatch"]], rows: int,
@@ -360,7 +389,17 @@ def local_csv_schema(data: DataConfig) -> "pa.Schema | None":
     path = Path(data.input).expanduser()
     if "://" in data.input or input_format(data) != "csv" or not path.is_file():
         return None
-    batch = next(iter(_at_most(lambda: _csv_reader(str(path)), 1, data.input)), None)
+    source = str(path)
+    # A quoted newline where the block was cut, a first row longer than a block or any
+    # other problem fails here: the whole file then says what it says.
+    with contextlib.suppress(Exception):
+        head = _first_block(source)
+        if head is not None:
+            convert = _csv_as_text(source)
+            batch = next(iter(_at_most(lambda: _csv_reader(head, convert), 1, data.input)), None)
+            if batch is not None:
+                return batch.schema
+    batch = next(iter(_at_most(lambda: _csv_reader(source), 1, data.input)), None)
     if batch is None:
         raise InputDataError(f"data.input: {data.input} has no rows.",
                              hint="Point --input at a file with data rows.")
