@@ -199,26 +199,23 @@ def _csv_reader(source: "str | pa.NativeFile", convert: Any = None) -> Iterable[
         read_options=pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES))
 
 
-def _first_block(source: str) -> "pa.BufferReader | None":
+def _first_block(source: str) -> bytes:
     """A local CSV file's first block (:data:`CSV_BLOCK_BYTES`, up to its last whole
-    row), in memory; None where that holds no whole row. The streaming reader opened
-    on the file reads up to 32 blocks ahead in the background (half a GiB at 16 MiB a
-    block, kept by Arrow's allocator for the rest of the run) for the one block a
-    schema needs."""
-    import pyarrow as pa
-
+    row; empty where that holds no whole row). The streaming reader opened on the file
+    reads up to 32 blocks ahead in the background (half a GiB at 16 MiB a block, kept
+    by Arrow's allocator for the rest of the run) for the one block a schema needs."""
     with _open_binary(source) as stream:
         head = stream.read(CSV_BLOCK_BYTES + 1)
     if len(head) > CSV_BLOCK_BYTES:
-        head = head[: _end_of_last_row(head[:CSV_BLOCK_BYTES])]
-    return pa.BufferReader(head) if head else None
+        head = head[: _end_of_last_row(head, CSV_BLOCK_BYTES)]
+    return head
 
 
-def _end_of_last_row(text: bytes) -> int:
-    """Where the last whole CSV row of ``text`` ends: after a newline outside quotes
-    (0: none). A quote inside a quoted cell is doubled, so a newline has an even
-    number of quotes before it exactly when it is outside them."""
-    end = text.rfind(b"\n")
+def _end_of_last_row(text: bytes, within: int) -> int:
+    """Where the last whole CSV row of ``text[:within]`` ends: after a newline outside
+    quotes (0: none). A quote inside a quoted cell is doubled, so a newline has an
+    even number of quotes before it exactly when it is outside them."""
+    end = text.rfind(b"\n", 0, within)
     inside = text.count(b'"', 0, end) % 2
     while end >= 0 and inside:
         before = text.rfind(b"\n", 0, end)
@@ -243,8 +240,9 @@ def _at_most(opened: Callable[[], Iterable["pa.RecordBatch"]], rows: int,
         raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
 
 
-def _csv_as_text(source: str) -> Any:
-    """Read every CSV column as text.
+def _csv_as_text(source: str, head: bytes | None = None) -> Any:
+    """Read every CSV column as text (its names from ``head``, the file's first bytes,
+    read here where not given).
 
     Arrow infers CSV types from the first block of a file and then fails mid-file
     when a later block disagrees (a phone column that is all digits for a while);
@@ -257,8 +255,9 @@ def _csv_as_text(source: str) -> Any:
     import pyarrow.csv as pacsv
 
     try:
-        with _open_binary(source) as stream:
-            head = stream.read(_HEAD_BYTES)
+        if head is None:
+            with _open_binary(source) as stream:
+                head = stream.read(_HEAD_BYTES)
     except FileNotFoundError as exc:
         cause = exc.__cause__ or exc.__context__
         if cause is not None:  # fsspec reports a refused connection as "not found"
@@ -270,6 +269,7 @@ def _csv_as_text(source: str) -> Any:
                              hint=_read_hint(source)) from None
     except Exception as exc:  # noqa: BLE001 - unreachable URL, permissions, ...
         raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
+    head = head[:_HEAD_BYTES]
     _refuse_compressed(source, head)
     try:
         text = head.decode("utf-8")
@@ -389,14 +389,17 @@ def local_csv_schema(data: DataConfig) -> "pa.Schema | None":
     path = Path(data.input).expanduser()
     if "://" in data.input or input_format(data) != "csv" or not path.is_file():
         return None
+    import pyarrow as pa
+
     source = str(path)
     # A quoted newline where the block was cut, a first row longer than a block or any
     # other problem fails here: the whole file then says what it says.
     with contextlib.suppress(Exception):
         head = _first_block(source)
-        if head is not None:
-            convert = _csv_as_text(source)
-            batch = next(iter(_at_most(lambda: _csv_reader(head, convert), 1, data.input)), None)
+        if head:
+            convert = _csv_as_text(source, head)
+            batch = next(iter(_at_most(lambda: _csv_reader(pa.BufferReader(head), convert), 1,
+                                       data.input)), None)
             if batch is not None:
                 return batch.schema
     batch = next(iter(_at_most(lambda: _csv_reader(source), 1, data.input)), None)
