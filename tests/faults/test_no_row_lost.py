@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -81,6 +82,26 @@ def kill_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=30)
+
+
+def killed_after_a_piece_and_resumed(start: Callable[[], subprocess.Popen], out: Path,
+                                     rows: int, id_column: str) -> None:
+    """Start a run, kill it once its first result file is written, and check that the
+    same command again resumes it and ends with each of the ``rows`` ids once."""
+    killed = start()
+    try:
+        wait_for_rows(out, killed, at_least=1)
+    finally:
+        kill_group(killed)
+    before = settled_row_count(out, id_column)
+    assert 0 < before < rows
+
+    rerun = start()
+    stdout, _ = rerun.communicate(timeout=300)
+    kill_group(rerun)
+    assert rerun.returncode == 0, stdout
+    assert "Resumed:" in stdout
+    assert_exact(out, rows, id_column=id_column)
 
 
 def whole_files_ids(out: Path, id_column: str) -> list[int]:

@@ -13,13 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from test_no_row_lost import (
-    assert_exact,
-    kill_group,
-    settled_row_count,
-    toolkit_run_command,
-    wait_for_rows,
-)
+from test_no_row_lost import killed_after_a_piece_and_resumed, toolkit_run_command
 from toolkit.samples.customers import write_customers_csv
 
 ROWS = 640
@@ -41,20 +35,7 @@ def test_a_640_row_csv_is_written_in_pieces_and_a_kill_after_the_first_loses_not
     csv = write_customers_csv(tmp_path / "customers.csv", rows=ROWS, seed=5)
     out = tmp_path / "out"
 
-    killed = run_small_csv(csv, out)
-    try:
-        wait_for_rows(out, killed, at_least=1)
-    finally:
-        kill_group(killed)
-    before = settled_row_count(out, "Index")
-    assert 0 < before < ROWS
-
-    rerun = run_small_csv(csv, out)
-    stdout, _ = rerun.communicate(timeout=300)
-    kill_group(rerun)
-    assert rerun.returncode == 0, stdout
-    assert "Resumed:" in stdout
-    assert_exact(out, ROWS)
+    killed_after_a_piece_and_resumed(lambda: run_small_csv(csv, out), out, ROWS, "Index")
     # Each run wrote its rows a batch or so at a time, not all at its end.
     pieces = result_files(out)
     assert len(pieces) >= 5, [pq.read_metadata(f).num_rows for f in pieces]

@@ -77,6 +77,10 @@ class EngineKind:
         fuses_row_steps: Its stage is one ``map_batches`` that a CPU step placed right
             before it (the job's preprocess) may join, when it holds no GPU
             (:func:`toolkit.engines.row_step_resources`).
+        batch_step: Its stage is a function of an Arrow batch on Ray tasks, given as
+            ``(settings, StageInputs) -> (function, fn_kwargs)``: the pipeline runs a
+            stage's preprocess, this function and its postprocess as one
+            (:func:`toolkit.engines.engine_batch_step`).
     """
 
     name: str
@@ -94,6 +98,7 @@ class EngineKind:
     planned_from_table: bool = False
     ray_llm_prompt: bool = False
     fuses_row_steps: bool = False
+    batch_step: Callable[[Any, Any], tuple[Callable[..., Any], dict[str, Any]]] | None = None
 
 
 _KINDS: dict[str, EngineKind] = {}

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
+from toolkit.engines import BatchStep
 from toolkit.spec.row_contract import ERROR_COLUMN, RAY_LLM_ERROR_COLUMN, arrow_type, row_error
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from ray.data import Dataset
 
 Prepare = Callable[..., dict[str, Any]]
 
@@ -44,23 +44,15 @@ def prepare_after_earlier_stage(
     return out
 
 
-def prepare_stage_rows(
-    ds: "Dataset", prepare: Prepare, fn_kwargs: dict[str, Any], after_earlier_stage: bool,
-    resources: Mapping[str, Any],
-) -> "Dataset":
-    """``prepare`` on every row of ``ds``, a block at a time (:func:`prepare_batch`);
-    after an earlier stage, keeping the rows it failed as they are.
-
-    Args:
-        resources: ``map_batches`` arguments that let Ray fuse the step into the
-            stage's engine (:func:`toolkit.engines.row_step_resources`).
-    """
+def stage_rows_step(prepare: Prepare, fn_kwargs: dict[str, Any],
+                    after_earlier_stage: bool) -> BatchStep:
+    """``prepare`` on every row of a batch (:func:`prepare_batch`); after an earlier
+    stage, keeping the rows it failed as they are."""
     if after_earlier_stage:
         fn_kwargs = {"prepare": prepare_after_earlier_stage, "inner": prepare, **fn_kwargs}
     else:
         fn_kwargs = {"prepare": prepare, **fn_kwargs}
-    return ds.map_batches(prepare_batch, fn_kwargs=fn_kwargs, batch_size=None,
-                          batch_format="pyarrow", zero_copy_batch=True, **resources)
+    return prepare_batch, fn_kwargs
 
 
 def prepare_batch(batch: "pa.Table", prepare: Prepare, inner: Prepare | None = None,

@@ -16,7 +16,15 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit.engines import StageInputs, apply_engine, row_step_resources
+from toolkit.engines import (
+    BatchStep,
+    StageInputs,
+    apply_engine,
+    batch_step_resources,
+    engine_batch_step,
+    row_step_resources,
+    runs_as_batch_step,
+)
 from toolkit.redaction import redact
 from toolkit.run.cascade_rows import (
     cascade_columns,
@@ -32,8 +40,8 @@ from toolkit.run.input.reading import check_required_columns
 from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.model_stages import (
     between_stages_schema,
-    prepare_stage_rows,
     prepare_table,
+    stage_rows_step,
 )
 from toolkit.run.output.report import write_report
 from toolkit.run.output.run_directory import RunDirectory, RunState
@@ -423,8 +431,11 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
     dropped = plan.dropped_columns
     results: dict[str, str] = {}
     small = next((s for s in plan.stages if s.cascade is not None), None)
+    in_one_step = stage_in_one_step(plan)
     for index, planned in enumerate(plan.stages):
         stage, contract = planned.definition, planned.contract
+        last = index == len(plan.stages) - 1
+        inputs = StageInputs(multimodal=stage.multimodal, samples=plan.samples, options=options)
         if contract.chat:
             kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
                 spec.sampling, planned.structured_output),
@@ -433,23 +444,24 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
             prepare: Callable[..., dict[str, Any]] = prepare_row
         else:  # the task's own input columns instead
             kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row
-        fused = row_step_resources(planned.engine)
         if stage.preprocess_batch is not None and not contract.chat and index == 0:
-            ds = ds.map_batches(prepare_table, fn_kwargs={
+            prepared: BatchStep = (prepare_table, {
                 "preprocess_batch": stage.preprocess_batch, "options": options,
                 "input_columns": contract.inputs,
-            }, batch_size=None, batch_format="pyarrow", zero_copy_batch=True, **fused)
+            })
         else:
-            ds = prepare_stage_rows(ds, prepare, {
+            prepared = stage_rows_step(prepare, {
                 "preprocess": stage.preprocess, "options": options, **kwargs,
-            }, after_earlier_stage=index > 0, resources=fused)
-        if planned is small:
-            ds = ds.map_batches(mark_reached, batch_size=None, batch_format="pyarrow",
-                                zero_copy_batch=True, **fused)
-        ds = apply_engine(ds, planned.engine, StageInputs(
-            multimodal=stage.multimodal, samples=plan.samples, options=options))
+            }, after_earlier_stage=index > 0)
+        if not (last and in_one_step):
+            fused = row_step_resources(planned.engine)
+            ds = ds.map_batches(prepared[0], fn_kwargs=prepared[1], batch_size=None,
+                                batch_format="pyarrow", zero_copy_batch=True, **fused)
+            if planned is small:
+                ds = ds.map_batches(mark_reached, batch_size=None, batch_format="pyarrow",
+                                    zero_copy_batch=True, **fused)
+            ds = apply_engine(ds, planned.engine, inputs)
         results.update(planned.results)
-        last = index == len(plan.stages) - 1
         checked = (last or planned is small) and contract.chat
         finish = {
             "postprocess": stage.postprocess,
@@ -481,9 +493,43 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
                              "big_model": planned.engine.model},
                 "strict_after": finish["strict_id_column"],
             }, batch_format="pyarrow")
+        elif last and in_one_step:
+            engine = planned.engine
+            ds = ds.map_batches(preprocess_model_postprocess, fn_kwargs={"steps": [
+                prepared, engine_batch_step(engine, inputs), (finish_batch, finish),
+            ]}, batch_size=engine.batch_size, batch_format="pyarrow",
+                **batch_step_resources(engine))
         else:
             ds = ds.map_batches(finish_batch, fn_kwargs=finish, batch_format="pyarrow")
     return ds
+
+
+def stage_in_one_step(plan: RunPlan) -> bool:
+    """The last model stage runs as one function: its preprocess, its engine's
+    (:func:`~toolkit.engines.engine_batch_step`) and its postprocess, on each batch;
+    the results' write then joins it in the same tasks (:func:`write_resources`).
+    Not in a cascade, whose big model sees only the rows the small one passed on."""
+    return (runs_as_batch_step(plan.stages[-1].engine)
+            and not any(s.cascade is not None for s in plan.stages))
+
+
+def preprocess_model_postprocess(batch: "pa.Table", steps: Sequence[BatchStep]) -> "pa.Table":
+    """Each step on the batch in turn: a stage run as one function
+    (:func:`stage_in_one_step`); Ray's Dashboard shows it by this name."""
+    for step, fn_kwargs in steps:
+        batch = step(batch, **fn_kwargs)
+    return batch
+
+
+def write_resources(plan: RunPlan) -> dict[str, Any]:
+    """The write's ``ray_remote_args`` and ``concurrency``: the last stage's, where it
+    runs as one function (:func:`stage_in_one_step`), so that Ray Data fuses the write
+    into that stage's tasks; else Ray's own (a write task of 1 CPU per piece)."""
+    if not stage_in_one_step(plan):
+        return {}
+    resources = batch_step_resources(plan.stages[-1].engine)
+    return {"ray_remote_args": {"num_cpus": resources["num_cpus"]},
+            "concurrency": resources["concurrency"]}
 
 
 def pa_schema_with(schema: "pa.Schema", fields: Sequence["pa.Field"]) -> "pa.Schema":
@@ -650,7 +696,8 @@ def run_planned(
         try:
             with watching_resources(spec, on_notice, outcome=stopped), \
                     stopping_when(stop_loss, stopped, interval_s=STOP_LOSS_INTERVAL_S):
-                write_results(ds, run_dir, spec.data.output_format, write_id)
+                write_results(ds, run_dir, spec.data.output_format, write_id,
+                              write_resources(plan))
         except KeyboardInterrupt:
             if stopped.stopped_with is None:  # the user's Ctrl-C
                 raise
@@ -712,7 +759,14 @@ def first_error(run_dir: RunDirectory, spec: JobSpec) -> str | None:
     return table.column(0)[0].as_py() if table.num_rows else None
 
 
-def write_results(ds: "Dataset", run_dir: RunDirectory, file_format: str, write_id: str) -> None:
-    """Execute the pipeline, streaming results into the run directory as they come."""
+def write_results(ds: "Dataset", run_dir: RunDirectory, file_format: str, write_id: str,
+                  resources: dict[str, Any] | None = None) -> None:
+    """Execute the pipeline, streaming results into the run directory as they come.
+
+    Args:
+        resources: The write's ``ray_remote_args`` and ``concurrency``
+            (:func:`write_resources`).
+    """
     writer = {"parquet": ds.write_parquet, "csv": ds.write_csv, "json": ds.write_json}[file_format]
-    writer(run_dir.ray_location, filename_provider=run_dir.filenames(write_id, file_format))
+    writer(run_dir.ray_location, filename_provider=run_dir.filenames(write_id, file_format),
+           **(resources or {}))

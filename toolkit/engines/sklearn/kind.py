@@ -10,13 +10,19 @@ from toolkit.engines.sklearn.settings import SklearnSettings
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from toolkit.engines import StageInputs
+    from toolkit.engines import BatchStep, StageInputs
 
 
 def apply_sklearn(ds: "Dataset", settings: SklearnSettings, stage: "StageInputs") -> "Dataset":
     from toolkit.engines.sklearn.tabular_stage import apply_tabular_stage
 
     return apply_tabular_stage(ds, settings, samples=stage.samples)
+
+
+def sklearn_step(settings: SklearnSettings, stage: "StageInputs") -> "BatchStep":
+    from toolkit.engines.sklearn.tabular_stage import tabular_step
+
+    return tabular_step(settings, samples=stage.samples)
 
 
 KIND = EngineKind(
@@ -30,4 +36,5 @@ KIND = EngineKind(
     missing_hint="Install the toolkit's local extra: pip install 'batch-llm-toolkit[local]'.",
     loads_checkpoint=False,  # a joblib file, checked as it loads
     fuses_row_steps=True,
+    batch_step=sklearn_step,
 )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from toolkit.engines import BatchStep, batch_step_resources
 from toolkit.engines.model_stage import error_text, run_model_on_batch, through_numpy
 from toolkit.errors import SpecError
 from toolkit.spec.row_contract import MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN, TASK_CONTRACTS
@@ -145,14 +146,14 @@ def predict_rows(batch: dict[str, np.ndarray], model: Any) -> dict[str, np.ndarr
     return run_model_on_batch(batch, _CONTRACT.inputs, tuple(_CONTRACT.outputs), predict)
 
 
+def tabular_step(engine: "EngineSettings",
+                 samples: "SampleProvider | None" = None) -> "BatchStep":
+    """:func:`predict_tabular` with the model loaded here, on the driver."""
+    return predict_tabular, {"model": load_model(engine.model, samples)}
+
+
 def apply_tabular_stage(ds: "Dataset", engine: "EngineSettings",
                         samples: "SampleProvider | None" = None) -> "Dataset":
-    _, tasks = engine.pool_size
-    return ds.map_batches(
-        predict_tabular,
-        fn_kwargs={"model": load_model(engine.model, samples)},
-        batch_size=engine.batch_size,
-        batch_format="pyarrow",
-        num_cpus=engine.num_cpus,
-        concurrency=tasks,
-    )
+    predict, fn_kwargs = tabular_step(engine, samples)
+    return ds.map_batches(predict, fn_kwargs=fn_kwargs, batch_size=engine.batch_size,
+                          batch_format="pyarrow", **batch_step_resources(engine))
