@@ -431,10 +431,11 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
     dropped = plan.dropped_columns
     results: dict[str, str] = {}
     small = next((s for s in plan.stages if s.cascade is not None), None)
-    in_one_step = stage_in_one_step(plan)
+    last_in_one_step = stage_in_one_step(plan)
     for index, planned in enumerate(plan.stages):
         stage, contract = planned.definition, planned.contract
         last = index == len(plan.stages) - 1
+        one_step = last and last_in_one_step
         inputs = StageInputs(multimodal=stage.multimodal, samples=plan.samples, options=options)
         if contract.chat:
             kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
@@ -453,7 +454,7 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
             prepared = stage_rows_step(prepare, {
                 "preprocess": stage.preprocess, "options": options, **kwargs,
             }, after_earlier_stage=index > 0)
-        if not (last and in_one_step):
+        if not one_step:
             fused = row_step_resources(planned.engine)
             ds = ds.map_batches(prepared[0], fn_kwargs=prepared[1], batch_size=None,
                                 batch_format="pyarrow", zero_copy_batch=True, **fused)
@@ -493,7 +494,7 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
                              "big_model": planned.engine.model},
                 "strict_after": finish["strict_id_column"],
             }, batch_format="pyarrow")
-        elif last and in_one_step:
+        elif one_step:
             engine = planned.engine
             ds = ds.map_batches(preprocess_model_postprocess, fn_kwargs={"steps": [
                 prepared, engine_batch_step(engine, inputs), (finish_batch, finish),
