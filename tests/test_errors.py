@@ -19,6 +19,7 @@ from toolkit.errors import (
     JobFailedError,
     JobStalledError,
     JobStoppedError,
+    OutputWriteError,
     RunInterruptedError,
     SpecError,
     StopLossError,
@@ -55,11 +56,12 @@ def test_exit_codes_are_the_documented_contract():
     codes = {cls.__name__: cls.exit_code for cls in (
         ToolkitError, SpecError, InputDataError, BackendUnavailableError, JobFailedError,
         JobStoppedError, WaitTimeoutError, JobStalledError, StopLossError, EngineStartError,
-        EngineDiedError, RunInterruptedError)}
+        EngineDiedError, OutputWriteError, RunInterruptedError)}
     assert codes == {"ToolkitError": 1, "SpecError": 2, "InputDataError": 2,
                      "BackendUnavailableError": 3, "JobFailedError": 4, "JobStoppedError": 5,
                      "WaitTimeoutError": 6, "JobStalledError": 7, "StopLossError": 8,
-                     "EngineStartError": 9, "EngineDiedError": 10, "RunInterruptedError": 130}
+                     "EngineStartError": 9, "EngineDiedError": 10, "OutputWriteError": 11,
+                     "RunInterruptedError": 130}
 
 
 def test_every_exit_code_is_in_the_errors_page():

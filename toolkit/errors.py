@@ -8,7 +8,8 @@ code meaning
 0    success (for watched jobs: the job SUCCEEDED)
 1    unexpected error
 2    invalid spec, flag or input data, or an output folder another run is writing
-     (nothing was started)
+     (nothing was started; or, for a run paused until another took its folder over,
+     nothing more was written)
 3    backend or cluster unreachable, not logged in, or it can never hold the run
 4    the job FAILED
 5    the job was STOPPED
@@ -17,6 +18,9 @@ code meaning
 8    the stop-loss: too many of a run's rows failed (what it wrote stays)
 9    a model engine could not start (a setting, the model or the machine; what the
      run wrote stays)
+10   a model engine died more often than Ray may restart it (what the run wrote stays)
+11   the output folder can't be written (a full disk or quota, a read-only mount, a
+     permission lost): what the run wrote whole stays, and the same command resumes
 130  stopped by Ctrl-C or SIGTERM (a local run keeps what it wrote; a watched job
      keeps running)
 ==== =====================================================
@@ -75,10 +79,28 @@ class OutputInUseError(SpecError):
     """Another live run (or retry) is writing the output folder. Nothing was started."""
 
 
+class WriterFencedError(OutputInUseError):
+    """A run that was paused past its lock's takeover (a machine asleep, a stopped
+    process) woke to find another run writing its folder: it stopped before writing
+    anything more (see :mod:`toolkit.run.output.fence`). Same exit code: the folder is
+    another run's, and the same command later resumes.
+
+    Raised on a Ray worker and re-raised by the driver, so it pickles with its hint.
+    """
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        return type(self), (self.message, self.hint)
+
+
 class InputDataError(ToolkitError):
     """The input data is missing, unreadable or lacks a column the job needs."""
 
     exit_code = 2
+
+
+class InputChangedError(InputDataError):
+    """The input changed since the run in the output folder wrote its rows, and the
+    rerun wasn't told whether to keep or redo them (``--input-changed``). Nothing was run."""
 
 
 class BackendUnavailableError(ToolkitError):
@@ -153,6 +175,23 @@ class EngineDiedError(ToolkitError):
     run wrote stays, and the same command resumes."""
 
     exit_code = 10
+
+
+class OutputWriteError(ToolkitError):
+    """The output folder can't be written: its disk is full (ENOSPC), a quota is used
+    up (EDQUOT), it became read-only (EROFS) or the permission to write was lost
+    (EACCES, EPERM), on the driver or on a Ray worker. The run stopped at the first
+    failed write; what it wrote whole stays, nothing half-written is kept, and the same
+    command resumes once the folder can be written again
+    (:mod:`toolkit.run.output.write_failure`).
+
+    Pickles with its hint, like the errors raised on a Ray worker.
+    """
+
+    exit_code = 11
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        return type(self), (self.message, self.hint)
 
 
 def toolkit_cause(exc: BaseException) -> ToolkitError | None:

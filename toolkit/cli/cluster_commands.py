@@ -28,6 +28,7 @@ from toolkit.cli.errors import interrupted
 from toolkit.cli.plan_command import plan_command, quick_estimate, sample_rows
 from toolkit.cli.spec_options import (
     CHECK_TOKENS_HELP,
+    input_changed_option,
     load_spec_from_flags,
     pop_spec_flags,
     spec_options,
@@ -293,12 +294,13 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
               help="Let the job replace results already in data.output.")
 @click.option("--check-tokens", "check_tokens", is_flag=True,
               help=CHECK_TOKENS_HELP + " On the cluster, before its engines start.")
+@input_changed_option
 @working_dir_option
 def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                    backend: str, address: str | None, follow: bool, timeout: float,
                    stall_timeout: float, fail_on_stall: bool, raw: bool,
                    overwrite: bool, working_dir: Path | None, excludes: tuple[str, ...],
-                   check_tokens: bool, **kwargs: Any) -> None:
+                   check_tokens: bool, input_changed: str | None, **kwargs: Any) -> None:
     """Submit JOB to a Ray cluster or Anyscale; print its id and how to watch it.
 
     Secrets (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, WANDB_API_KEY, AWS_*) are passed
@@ -320,7 +322,8 @@ def submit_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
     target = _open(backend, address)
     submission = prepare_submission(job_def, spec, target=backend, local=target.same_machine,
                                     overwrite=overwrite, working_dir=working_dir,
-                                    excludes=excludes, check_tokens=check_tokens)
+                                    excludes=excludes, check_tokens=check_tokens,
+                                    input_changed=input_changed)
     for note in submission.notes:
         _note(note)
     for warning in submission.warnings:

@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="job file (YAML or Python) or built-in job name")
     parser.add_argument("--spec", required=True, type=Path, help="spec file (JSON or YAML)")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
+    parser.add_argument("--input-changed", choices=("keep", "redo"),
+                        help="where the input changed since the run in the output wrote "
+                        "its rows: keep them, or redo the changed ones")
     parser.add_argument("--check-tokens", action="store_true",
                         help="refuse the run if a row's prompt is longer than max_model_len")
     args = parser.parse_args(argv)
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         log.phase("starting")
         check_packages()
+        from toolkit.run.input.identity import InputChanged
         from toolkit.run.output.summary_text import format_summary
         from toolkit.run.pipeline import run_pipeline
         from toolkit.run.ray.cluster_fit import check_cluster_fits, cluster_state
@@ -122,7 +126,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES,
                                    on_notice=log.resources, on_phase=log.phase,
-                                   check_tokens=args.check_tokens)
+                                   check_tokens=args.check_tokens,
+                                   input_changed=InputChanged(args.input_changed)
+                                   if args.input_changed else None)
         finally:
             stop_progress()
     except Exception as exc:

@@ -19,6 +19,7 @@ from toolkit.cli.errors import interrupted, to_click
 from toolkit.cli.serve_command import serve_command
 from toolkit.cli.spec_options import (
     CHECK_TOKENS_HELP,
+    input_changed_option,
     load_spec_from_flags,
     pop_spec_flags,
     spec_options,
@@ -136,9 +137,10 @@ def show_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
               help="Start the Ray Dashboard with the local Ray (off by default: about 1 GB "
                    "and a slower start that the engine would otherwise have).")
 @click.option("--check-tokens", "check_tokens", is_flag=True, help=CHECK_TOKENS_HELP)
+@input_changed_option
 def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                 overwrite: bool, address: str | None, verbose: bool, dashboard: bool,
-                check_tokens: bool, **kwargs: Any) -> None:
+                check_tokens: bool, input_changed: str | None, **kwargs: Any) -> None:
     """Run JOB's pipeline from here, on a local Ray (or RAY_ADDRESS), and summarise it.
 
     Shows one progress line (rows done of total, rows/s, ETA, error rows); Ray's
@@ -152,7 +154,8 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
     """
     job_def, spec = load_spec_from_flags(job, spec_file, sets, smoke, **pop_spec_flags(kwargs))
     _run_with_progress(job_def, spec, overwrite=overwrite, address=address, verbose=verbose,
-                       dashboard=dashboard, check_tokens=check_tokens)
+                       dashboard=dashboard, check_tokens=check_tokens,
+                       input_changed=input_changed)
 
 
 @main.command("retry")
@@ -172,8 +175,9 @@ def run_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: 
                                 "else a local Ray started for this run).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Show Ray's own output here instead of in <output>/_logs/run.log.")
+@input_changed_option
 def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job: str | None,
-                  address: str | None, verbose: bool) -> None:
+                  address: str | None, verbose: bool, input_changed: str | None) -> None:
     """Redo, in place, only the rows of OUTPUT that failed, plus any a stopped run never reached.
 
     Rows with an error or a failed check are taken out of the result files and run
@@ -188,15 +192,21 @@ def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job
       toolkit retry out/text-industry --only truncated --set sampling.max_tokens=32
     """
     from toolkit.redaction import redact
+    from toolkit.run.input.identity import InputChanged
     from toolkit.run.retry import holding, prepare_retry
 
+    choice = InputChanged(input_changed) if input_changed else None
     with holding(output):  # from the setup through the run: no other run writes here
-        job_def, spec, plan = prepare_retry(output, sets, list(only) or None, job=job)
-        if plan.nothing_to_do:
+        job_def, spec, plan = prepare_retry(output, sets, list(only) or None, job=job,
+                                            input_changed=choice)
+        if plan.nothing_to_do and not plan.input_changed:
             click.echo(f"Nothing to retry: no row in {redact(output)} failed"
                        + (f" {', '.join(only)}" if only else "") + ".")
             return
-        if plan.resumed:
+        if plan.nothing_to_do:
+            click.echo(f"No row in {redact(output)} failed; its input changed: "
+                       f"--input-changed {input_changed}.")
+        elif plan.resumed:
             click.echo(f"Resuming retry attempt {plan.attempt} in {redact(output)}.")
         else:
             missing = (f", {plan.rows_missing:,} missing from the result files"
@@ -204,13 +214,15 @@ def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job
             click.echo(f"Retry attempt {plan.attempt}: redoing {plan.rows_to_redo:,} failed "
                        f"rows{missing} and any not reached; keeping {plan.rows_kept:,}.")
         _run_with_progress(job_def, spec, overwrite=False, address=address, verbose=verbose,
-                           dashboard=False)
+                           dashboard=False, input_changed=input_changed)
 
 
 def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str | None,
-                       verbose: bool, dashboard: bool, check_tokens: bool = False) -> None:
+                       verbose: bool, dashboard: bool, check_tokens: bool = False,
+                       input_changed: str | None = None) -> None:
     """Run a loaded spec with the progress line, then print its summary."""
     from toolkit.redaction import redact
+    from toolkit.run.input.identity import InputChanged
     from toolkit.run.local_run import run_job
     from toolkit.run.output.summary_text import SMOKE_WARNING, format_summary
     from toolkit.run.progress.display import ProgressDisplay, plain_interval
@@ -237,7 +249,9 @@ def _run_with_progress(job_def: Any, spec: Any, *, overwrite: bool, address: str
         try:
             summary = run_job(job_def, spec, overwrite=overwrite, address=address,
                               samples=SAMPLES, log_file=log_file, observer=display,
-                              dashboard=dashboard, check_tokens=check_tokens)
+                              dashboard=dashboard, check_tokens=check_tokens,
+                              input_changed=InputChanged(input_changed) if input_changed
+                              else None)
         except RunInterruptedError as stopped:
             display.close()
             interrupted(stopped.message)

@@ -37,6 +37,15 @@ CHECK_TOKENS_HELP = ("Before any model loads, count every input row's prompt tok
                      "row is longer than the engine's max_model_len, naming those rows.")
 
 
+#: ``--input-changed`` of run, retry and submit (see :mod:`toolkit.run.input.identity`).
+input_changed_option = click.option(
+    "--input-changed", "input_changed", type=click.Choice(["keep", "redo"]),
+    help="When the input changed since the run in the output folder wrote its rows (a "
+         "rerun is refused, naming what changed): keep = leave every written row as it is "
+         "and run the ids not written yet; redo = also redo the rows whose columns the job "
+         "reads changed, and take out rows whose ids left the input.")
+
+
 def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options every spec-taking command shares (run, show, render, submit)."""
     options = [

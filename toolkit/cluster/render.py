@@ -254,6 +254,7 @@ def prepare_submission(
     excludes: Sequence[str] = (),
     input_required: bool = True,
     check_tokens: bool = False,
+    input_changed: str | None = None,
 ) -> Submission:
     """Stage the job in the working dir and build the request every backend and job.yaml use.
 
@@ -281,6 +282,9 @@ def prepare_submission(
             goes later, so there a missing one is only a warning.
         check_tokens: The job counts every row's prompt tokens first and refuses to
             run if one can't fit the model (the entrypoint's ``--check-tokens``).
+        input_changed: ``keep`` or ``redo``: what the job does where its input changed
+            since the run in ``data.output`` wrote its rows (the entrypoint's
+            ``--input-changed``); None: it refuses.
 
     Raises:
         SpecError: a URL in the spec carries credentials, the compute section
@@ -326,6 +330,7 @@ def prepare_submission(
          "--spec", staged.spec_file.as_posix()]
         + (["--overwrite"] if overwrite else [])
         + (["--check-tokens"] if check_tokens else [])
+        + (["--input-changed", input_changed] if input_changed else [])
     )
     # What the job needs beyond the image; a Ray cluster installs only what it lacks
     # (RayJobsBackend.submit asks it first).

@@ -20,8 +20,10 @@ from toolkit.errors import (
     error_chain,
     toolkit_cause,
 )
+from toolkit.run.input.identity import InputChanged
 from toolkit.run.output.run_directory import RUN_LOG_FILE, RunDirectory, RunState
 from toolkit.run.output.summary import RunSummary
+from toolkit.run.output.write_failure import failed_write_errno, failed_writes_explained
 from toolkit.run.pipeline import completed_summary, run_planned
 from toolkit.run.preflight import preflight
 from toolkit.run.progress.display import LogWatcher, reporting
@@ -49,6 +51,7 @@ def run_job(
     observer: RunObserver | None = None,
     dashboard: bool = False,
     check_tokens: bool = False,
+    input_changed: InputChanged | None = None,
 ) -> RunSummary:
     """Connect to Ray (embedded unless ``address``/RAY_ADDRESS) and run the pipeline.
 
@@ -70,6 +73,8 @@ def run_job(
         check_tokens: Count every row's prompt tokens once Ray is up, and refuse
             the run if a row is longer than ``max_model_len`` (see
             :func:`~toolkit.run.pipeline.run_planned`).
+        input_changed: What to do where the input changed since the run in the
+            output folder wrote its rows (``--input-changed``); None refuses.
 
     Raises:
         ToolkitError: bad spec/input or a ``ray://`` address (exit 2), the cluster
@@ -95,11 +100,14 @@ def run_job(
     # fails in a second, not after a minute of start-up.
     ours = log_file is not None and log_file == RunDirectory(spec.data.output).log_file
     plan = preflight(job, spec, overwrite=overwrite, samples=samples,
-                     claim=[RUN_LOG_FILE] if ours else [])
+                     claim=[RUN_LOG_FILE] if ours else [], input_changed=input_changed)
     try:
         # A finished run answers from its folder: no Ray to start for nothing.
         done = completed_summary(plan, log_file) if plan.state is RunState.COMPLETE else None
-        with sigterm_as_ctrl_c():
+        # A full disk (or one made read-only) under Ray's log, the results or the
+        # manifest: one paragraph (exit 11), whichever write found it.
+        with sigterm_as_ctrl_c(), failed_writes_explained(plan.data.output,
+                                                          lambda: rows_kept(plan)):
             return done or _run_on_ray(plan, address=address, target=target,
                                        log_file=log_file, observer=observer or RunObserver(),
                                        dashboard=dashboard, started=started,
@@ -227,6 +235,8 @@ def _run_on_ray(
                 raise
             if ours is not None:
                 raise ours from None
+            if failed_write_errno(exc, plan.data.output):
+                raise  # a failed write: told by run_job, with what the folder kept
             died = engine_died_error(exc, plan.spec, log_file)
             if died is not None:
                 raise died from None

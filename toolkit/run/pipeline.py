@@ -11,6 +11,7 @@ ends with a summary computed from what was actually written.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -34,9 +35,10 @@ from toolkit.run.cascade_rows import (
     settle_cascade,
     transit_fields,
 )
-from toolkit.run.input.checks import check_written_columns
+from toolkit.run.input.checks import check_id_type, check_written_columns
 from toolkit.run.input.formats import run_format
-from toolkit.run.input.reading import check_required_columns
+from toolkit.run.input.identity import InputChanged
+from toolkit.run.input.reading import check_required_columns, csv_delimiter
 from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.model_stages import (
     between_stages_schema,
@@ -52,6 +54,7 @@ from toolkit.run.output.summary import (
     read_summary,
     summarize_output,
 )
+from toolkit.run.output.write_failure import failed_writes_explained
 from toolkit.run.preflight import preflight
 from toolkit.run.progress.sources import WrittenRows
 from toolkit.run.ray.cluster_fit import watching_resources
@@ -411,7 +414,9 @@ def build_dataset(plan: RunPlan) -> tuple["Dataset", RunSource]:
 
     def check(schema: "pa.Schema") -> None:
         check_required_columns(schema, plan.required_columns, data.input,
-                               id_column=data.id_column)
+                               id_column=data.id_column, delimiter=csv_delimiter(data))
+        check_id_type(schema.field(data.id_column).type, data.id_column, data.input,
+                      schema.names)
         check_written_columns(plan.job, plan.spec, schema.names)
         seen["schema"] = schema
 
@@ -590,6 +595,7 @@ def run_pipeline(
     on_notice: Callable[[str], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     check_tokens: bool = False,
+    input_changed: InputChanged | None = None,
 ) -> RunSummary:
     """Check and run ``spec`` on the connected Ray cluster (a submitted run's
     entrypoint, or a test); the written-output summary.
@@ -604,6 +610,9 @@ def run_pipeline(
         samples: Serves ``sample:`` inputs and models (smoke runs; see
             :mod:`toolkit.spec.sample_sources`).
         log_file, on_notice, on_phase, check_tokens: as :func:`run_planned`'s.
+        input_changed: What to do where the input changed since the run in the
+            output folder wrote its rows; None refuses (see
+            :func:`~toolkit.run.retry.settle_input`).
 
     Raises:
         InputDataError, SpecError, OutputInUseError, BackendUnavailableError: as
@@ -611,10 +620,14 @@ def run_pipeline(
             :func:`run_planned`'s.
     """
     started = time.monotonic()
-    plan = preflight(job, spec, overwrite=overwrite, samples=samples, command="a submitted run")
+    plan = preflight(job, spec, overwrite=overwrite, samples=samples, command="a submitted run",
+                     input_changed=input_changed)
+    kept = WrittenRows(plan.run_dir, plan.data.output_format)
     try:
-        return run_planned(plan, log_file=log_file, on_notice=on_notice, on_phase=on_phase,
-                           started=started, check_tokens=check_tokens)
+        with failed_writes_explained(
+                plan.data.output, lambda: f"{kept().rows:,} rows kept in {plan.data.output}"):
+            return run_planned(plan, log_file=log_file, on_notice=on_notice, on_phase=on_phase,
+                               started=started, check_tokens=check_tokens)
     finally:
         plan.release()
 
@@ -702,6 +715,13 @@ def run_planned(
         except KeyboardInterrupt:
             if stopped.stopped_with is None:  # the user's Ctrl-C
                 raise
+        except Exception:
+            # A run paused until another took its folder over fails on whatever it
+            # touched first (its workers' fence, a pending checkpoint the new owner
+            # cleaned up): say that, not the symptom.
+            with contextlib.suppress(OSError):
+                run_dir.check_still_ours()
+            raise
         # A watcher stopped the run, or its last rows landed after the stop-loss's last look.
         ended_with = stopped.stopped_with or stop_loss(finished=True)
         if ended_with is not None:

@@ -22,10 +22,13 @@ from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
 from toolkit.run.input.checks import check_input, check_written_columns
 from toolkit.run.input.formats import run_format
+from toolkit.run.input.identity import InputChanged
 from toolkit.run.input.reading import HF_PREFIX
 from toolkit.run.model_stages import clashing_result_columns
 from toolkit.run.output.run_directory import LOCK_FILE, RunDirectory, RunState
+from toolkit.run.output.write_failure import output_write_error
 from toolkit.run.output.writer_lock import WriterLock
+from toolkit.run.retry import settle_input
 from toolkit.run.row_checks import custom_check_file
 from toolkit.run.run_plan import PlannedStage, RunPlan, plan_stages
 from toolkit.spec.job_definition import JobDefinition
@@ -41,6 +44,7 @@ def preflight(
     samples: SampleProvider | None = None,
     claim: Sequence[str] = (),
     command: str = "toolkit run",
+    input_changed: InputChanged | None = None,
 ) -> RunPlan:
     """Check ``spec`` for ``job`` before any row is read or any model loads, and plan
     the run: its stages, its input's rows, its folder (held from here on) and state.
@@ -51,6 +55,9 @@ def preflight(
         claim: Bookkeeping paths the caller will write into the run directory
             (the run's log file), recorded in its manifest first.
         command: What runs, as another run refused by the folder's lock names it.
+        input_changed: What to do where the input changed since the run in the
+            folder wrote its rows (see :func:`~toolkit.run.retry.settle_input`);
+            None refuses such a rerun.
 
     Raises:
         SpecError: a result column that collides, a model that can't exist, or an
@@ -60,6 +67,8 @@ def preflight(
         InputDataError: the input is missing or bad (its columns, ids or, for
             JSON, a line), found before Ray starts, or its format's staging found a
             bad file.
+        InputChangedError: the input changed since the run in the folder wrote its
+            rows, and ``input_changed`` doesn't say what to do.
     """
     check_written_columns(job, spec)  # a result column named like the id column
     options = job.options_of(spec)
@@ -83,10 +92,19 @@ def preflight(
     lock.acquire()
     try:
         state = run_dir.prepare(spec, overwrite=overwrite, resumable=resumable)
+        # Before anything is staged or run: a changed input is refused, or settled.
+        state = settle_input(run_dir, spec, [c for s in stages for c in s.required], state,
+                             input_changed)
         for name in claim:
             run_dir.claim(name)  # the manifest records it before it is made
         if state is not RunState.COMPLETE:
             run_format(spec.data).stage(spec, run_dir)
+    except OSError as exc:  # a full or read-only disk under the manifest or a staged file
+        lock.release()
+        failed = output_write_error(exc, spec.data.output)
+        if failed is None:
+            raise
+        raise failed from None
     except BaseException:
         lock.release()
         raise

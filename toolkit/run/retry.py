@@ -34,7 +34,9 @@ by a path or module the manifest holds.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import datetime
 import posixpath
 import uuid
@@ -42,17 +44,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolkit.errors import SpecError
+from toolkit.errors import InputDataError, SpecError
 from toolkit.redaction import redact
+from toolkit.run.input.identity import (
+    InputChanged,
+    RowChanges,
+    can_compare_rows,
+    changed_input_error,
+    describe_rows,
+    file_changes,
+    input_identity,
+    read_columns,
+    row_changes,
+)
 from toolkit.run.output.run_directory import (
     CHECKPOINT_DIR,
     RESULT_FILE_PREFIX,
     SUMMARY_FILE,
     Manifest,
     RunDirectory,
+    RunState,
     changed_fields,
     results_fingerprint,
 )
+from toolkit.run.output.write_failure import failed_writes_explained
 from toolkit.run.output.writer_lock import WriterLock
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
@@ -77,6 +92,8 @@ class RetryPlan:
     nothing_to_do: bool = False
     #: Rows the finished run wrote that its result files no longer hold: redone too.
     rows_missing: int = 0
+    #: The input changed since the run wrote its rows (``--input-changed`` said what to do).
+    input_changed: bool = False
 
 
 def holding(output: str) -> WriterLock:
@@ -188,6 +205,7 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
     # The summary goes first: a setup cut short after this is redone, never taken for a
     # finished run with nothing to redo (its failed rows may be pruned already).
     if had_summary:
+        run_dir.check_still_ours()
         run_dir.fs.delete_file(f"{run_dir.root}/{SUMMARY_FILE}")
     _write_checkpoint(run_dir, manifest, keep, id_column)  # 2
     for path, rows in redo_by_file.items():  # 3
@@ -222,6 +240,7 @@ def _clean_interrupted_writes(run_dir: RunDirectory, manifest: Manifest) -> None
     prefixes = tuple(posixpath.basename(path)[:-len(suffix)] for path in pending)
     if not prefixes:
         return
+    run_dir.check_still_ours()
     for path in run_dir.result_files(manifest):
         if posixpath.basename(path).startswith(prefixes):
             run_dir.fs.delete_file(path)
@@ -277,23 +296,35 @@ def _split_rows(run_dir: RunDirectory, files: list[str], id_column: str,
     return keep, redo, len(found)
 
 
-def _write_checkpoint(run_dir: RunDirectory, manifest: Manifest, keep: list[Any],
+def _write_checkpoint(run_dir: RunDirectory, manifest: Manifest, keep: "list[Any] | pa.Array",
                       id_column: str) -> None:
     """Ray Data's checkpoint (``_checkpoint/*.parquet``, one ``id`` column) holding
     exactly the ids that stay: a resumed run skips them at the read."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     if CHECKPOINT_DIR not in manifest.made:
         manifest.made.append(CHECKPOINT_DIR)
         run_dir.write_manifest(manifest)
     folder = f"{run_dir.root}/{CHECKPOINT_DIR}"
+    run_dir.check_still_ours()
     if run_dir.exists(CHECKPOINT_DIR):
         run_dir.fs.delete_dir_contents(folder)
     run_dir.fs.create_dir(folder, recursive=True)
-    if keep:  # each id once, even where a file was copied by hand
-        pq.write_table(pa.table({id_column: list(dict.fromkeys(keep))}),
-                       f"{folder}/{uuid.uuid4()}.parquet", filesystem=run_dir.fs)
+    if len(keep):  # each id once, even where a file was copied by hand
+        ids = pc.unique(keep) if isinstance(keep, pa.Array) else list(dict.fromkeys(keep))
+        # Whole or not at all: a file a full disk cut off would stop every resume.
+        # Readers (Ray Data's, ours) skip a hidden name until it is renamed.
+        name = f"{uuid.uuid4()}.parquet"
+        try:
+            pq.write_table(pa.table({id_column: ids}), f"{folder}/.{name}",
+                           filesystem=run_dir.fs)
+            run_dir.fs.move(f"{folder}/.{name}", f"{folder}/{name}")
+        except OSError:
+            with contextlib.suppress(OSError):
+                run_dir.fs.delete_file(f"{folder}/.{name}")
+            raise
 
 
 def _prune(run_dir: RunDirectory, path: str, write_id: str, id_column: str,
@@ -307,13 +338,150 @@ def _prune(run_dir: RunDirectory, path: str, write_id: str, id_column: str,
     kept = table.filter(pc.invert(_redo_mask(table, only)))
     old = posixpath.basename(path)
     new = f"{run_dir.root}/{RESULT_FILE_PREFIX}{write_id}_{old[len(RESULT_FILE_PREFIX):]}"
+    run_dir.check_still_ours()
     if kept.num_rows:
         pq.write_table(kept, new, filesystem=run_dir.fs)
     run_dir.fs.delete_file(path)
 
 
+# -- an input that changed under a run ---------------------------------------------------
+
+
+def input_differences(spec: JobSpec, manifest: Manifest) -> list[str]:
+    """What changed in the input since the run in the folder recorded it (see
+    :mod:`toolkit.run.input.identity`); empty when nothing did, or it can't be told."""
+    return file_changes(manifest.input, input_identity(spec.data))
+
+
+def settle_input(run_dir: RunDirectory, spec: JobSpec, columns: Sequence[str], state: RunState,
+                 choice: InputChanged | None) -> RunState:
+    """Record the input of a run starting here, or check it against the one the run
+    in ``run_dir`` recorded; for a changed input, do what ``choice`` says. Before any
+    row is run, holding the folder's lock.
+
+    Args:
+        columns: The input columns the job reads (rows whose values there changed are
+            the changed rows).
+        choice: ``keep``: leave every written row as it is, run the ids not written;
+            ``redo``: also take out (to redo) written rows whose ``columns`` changed, and
+            rows of ids no longer in the input. None: refuse a changed input.
+
+    Returns:
+        The run's state now: a finished run with ids left to run is unfinished again.
+
+    Raises:
+        InputChangedError: the input changed and ``choice`` is None, naming what changed.
+        InputDataError: ``redo`` where the changed rows can't be told apart.
+    """
+    manifest = run_dir.read_manifest()
+    assert manifest is not None, "prepare() writes the manifest"
+    now = input_identity(spec.data)
+    if state is RunState.EMPTY:
+        manifest.input = now
+        run_dir.write_manifest(manifest)
+        return state
+    pending = (manifest.input or {}).get("pending_write_id")
+    changes = file_changes(manifest.input, now)
+    if not changes and pending is None:
+        return state
+    finished = state is RunState.COMPLETE
+    compare = choice is InputChanged.REDO or (choice is None and can_compare_rows(spec.data))
+    rows = (row_changes(spec.data, columns, run_dir.result_files(manifest), run_dir.fs)
+            if compare else None)
+    if choice is None:
+        raise changed_input_error(spec.data, changes or ["a change left half done"],
+                                  describe_rows(rows, columns), finished=finished)
+    if choice is InputChanged.REDO and rows is None:
+        raise InputDataError(
+            f"--input-changed redo: can't tell which rows of {redact(spec.data.input)} "
+            "changed: the output must be Parquet holding every column the job reads "
+            f"({', '.join(columns)}), and the input a CSV, Parquet or JSON file or folder "
+            "that Arrow reads here. Nothing was run.",
+            hint="Use --input-changed keep, or --overwrite to start over.")
+    drop = _dropped(rows, choice)
+    if finished and spec.data.output_format != "parquet":
+        raise InputDataError(
+            f"--input-changed {choice.value}: a finished run is reopened to run the ids it "
+            f"hasn't written, which the toolkit does for Parquet output only; "
+            f"{redact(spec.data.output)} holds {spec.data.output_format}. Nothing was run.",
+            hint="Pass --overwrite to start over with the input as it is now.")
+    if finished and rows is not None and len(drop) == 0 and rows.added == 0:
+        state_now = state  # nothing to run: it stays finished
+    elif not finished and len(drop) == 0 and pending is None:
+        state_now = state  # resumed as it is
+    else:
+        _take_out(run_dir, manifest, spec.data.id_column, drop)
+        state_now = RunState.PARTIAL
+    if choice is InputChanged.REDO and spec.data.rows is not None:
+        run_dir.clear_staged_input()  # the run reads the first --rows rows of the input now
+    manifest = run_dir.read_manifest()
+    assert manifest is not None
+    manifest.input = now
+    run_dir.write_manifest(manifest)
+    return state_now
+
+
+def _dropped(rows: RowChanges | None, choice: InputChanged) -> "pa.Array":
+    import pyarrow as pa
+
+    if rows is None or choice is InputChanged.KEEP:
+        return pa.array([])
+    return pa.concat_arrays([rows.changed, rows.removed.cast(rows.changed.type)])
+
+
+def _take_out(run_dir: RunDirectory, manifest: Manifest, id_column: str,
+              drop: "pa.Array") -> None:
+    """Leave the folder an unfinished run holding every written row but those of
+    ``drop``, which the resumed run redoes (or, no longer in the input, never runs).
+
+    As a retry's setup, repairable under kills: the write id of the pruned files is
+    recorded first and reused by a setup done again; the checkpoint is written (every
+    id the files hold, less ``drop``) before the summary goes, so the folder reads as
+    finished or as resumable at every step; each file is rewritten before its old
+    self is deleted.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    record = manifest.input if manifest.input is not None else {}
+    write_id = record.get("pending_write_id") or uuid.uuid4().hex[:12]
+    record["pending_write_id"] = write_id
+    manifest.input = record
+    if write_id not in manifest.write_ids:
+        manifest.write_ids.append(write_id)
+    run_dir.write_manifest(manifest)
+    if run_dir.exists(CHECKPOINT_DIR):
+        _clean_interrupted_writes(run_dir, manifest)
+    files = run_dir.result_files(manifest)
+    kept: list[pa.Array] = []
+    hit: list[str] = []
+    for path in files:
+        ids = pq.read_table(path, columns=[id_column], filesystem=run_dir.fs).column(id_column)
+        gone = pc.is_in(ids, value_set=drop.cast(ids.type)) if len(drop) else \
+            pa.repeat(False, len(ids))
+        kept += ids.filter(pc.invert(gone)).chunks
+        if pc.any(gone).as_py():
+            hit.append(path)
+    keep = pa.concat_arrays(kept) if kept else pa.array([])
+    _write_checkpoint(run_dir, manifest, keep, id_column)
+    if run_dir.exists(SUMMARY_FILE):
+        run_dir.fs.delete_file(f"{run_dir.root}/{SUMMARY_FILE}")
+    for path in hit:
+        table = pq.read_table(path, filesystem=run_dir.fs)
+        left = table.filter(pc.invert(pc.is_in(table.column(id_column),
+                                               value_set=drop.cast(table.column(id_column).type))))
+        old = posixpath.basename(path)
+        new = f"{run_dir.root}/{RESULT_FILE_PREFIX}{write_id}_{old[len(RESULT_FILE_PREFIX):]}"
+        run_dir.check_still_ours()
+        if left.num_rows:
+            pq.write_table(left, new, filesystem=run_dir.fs)
+        run_dir.fs.delete_file(path)
+
+
 def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | None = None,
-                  job: str | None = None) -> tuple[JobDefinition[Any], JobSpec, RetryPlan]:
+                  job: str | None = None, input_changed: InputChanged | None = None,
+                  ) -> tuple[JobDefinition[Any], JobSpec, RetryPlan]:
     """Everything ``toolkit retry`` does before the run: the job and new spec of the run in
     ``output``, and its failed rows taken out (see the module's steps). Call it holding
     :func:`holding`.
@@ -322,8 +490,12 @@ def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | N
         job: The job as ``toolkit run`` names it (a built-in, a job file); default:
             the one the manifest names, found by that name (see
             :func:`~toolkit.spec.jobs.catalog.find_job_named`).
+        input_changed: What to do where the input changed since the run wrote its
+            rows (the run does it: :func:`settle_input`); None refuses such a retry.
 
     Raises:
+        InputChangedError: the input changed and ``input_changed`` is None, before
+            anything in the folder changed.
         SpecError: no toolkit run in ``output``, or a folder that is not the toolkit's
             as it stands; its job can't be found from here, or ``job`` is another
             job; a ``--set`` or ``--only`` that doesn't fit it.
@@ -341,4 +513,13 @@ def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | N
                         f"{redact(output)} is of job {name!r}.",
                         hint=f"Name the job file of {name!r} with --job.")
     spec = retry_spec(definition, manifest, output, sets)
-    return definition, spec, plan_retry(spec, run_dir, manifest, only)
+    changes = input_differences(spec, manifest)
+    if changes and input_changed is None:
+        columns = read_columns(definition, spec)
+        rows = (row_changes(spec.data, columns, run_dir.result_files(manifest), run_dir.fs)
+                if can_compare_rows(spec.data) else None)
+        raise changed_input_error(spec.data, changes, describe_rows(rows, columns),
+                                  finished=run_dir.exists(SUMMARY_FILE), retry=True)
+    with failed_writes_explained(output, lambda: None):  # a full disk: exit 11, resumable
+        plan = plan_retry(spec, run_dir, manifest, only)
+    return definition, spec, dataclasses.replace(plan, input_changed=bool(changes))

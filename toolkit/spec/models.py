@@ -85,6 +85,56 @@ def check_regex(pattern: str) -> str:
 
 Regex = Annotated[str, AfterValidator(check_regex)]
 
+#: The separators a CSV file may use, by how people name them (a tab can't be typed
+#: into ``--set`` and YAML reads a bare ``|`` as something else, so ``\t``, ``tab``
+#: and ``pipe`` stand for them).
+CSV_DELIMITERS = {",": ",", ";": ";", "\t": "\t", "\\t": "\t", "tab": "\t", "|": "|",
+                  "pipe": "|"}
+
+
+class CsvDialect(StrictModel):
+    """How a CSV input is written: what Excel or Google Sheets made of it."""
+
+    delimiter: str = Field(
+        ",",
+        description=(
+            "The character between a CSV file's columns: ',' (the default), ';' (Excel in "
+            "locales whose decimal mark is a comma writes this), '\\t' (tab) or '|' (pipe). A "
+            "wrong one makes the whole header one column, which the run refuses."
+        ),
+    )
+    encoding: str = Field(
+        "utf-8",
+        description=(
+            "The CSV file's text encoding: utf-8 (the default; a byte-order mark is "
+            "skipped), or e.g. cp1252 (Excel's 'CSV' on Windows), latin-1, utf-16. "
+            "Anything but UTF-8 is decoded as it is read, which costs some speed: for "
+            "large inputs re-save the file as UTF-8."
+        ),
+    )
+
+    @field_validator("delimiter", mode="before")
+    @classmethod
+    def _a_separator(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() in CSV_DELIMITERS:
+            return CSV_DELIMITERS[value.lower()]
+        raise ValueError(f"{value!r} is not a CSV separator; use ',', ';', '\\t' (tab) or "
+                         "'|' (pipe)")
+
+    @field_validator("encoding")
+    @classmethod
+    def _a_known_encoding(cls, value: str) -> str:
+        import codecs
+
+        try:
+            text = codecs.lookup(value)._is_text_encoding  # not base64, zlib, rot13 ...
+        except LookupError:
+            text = False
+        if not text:
+            raise ValueError(f"{value!r} is not a text encoding Python knows; e.g. utf-8, "
+                             "cp1252, latin-1, utf-16") from None
+        return value
+
 
 class DataConfig(StrictModel):
     input: str = Field(
@@ -175,6 +225,17 @@ class DataConfig(StrictModel):
         description="Parquet keeps types and compresses well; csv/json are easier to eyeball.",
     )
     seed: int = Field(0, description="Seed for generated sample input ('sample:' inputs only).")
+    # Left out of dumps while it holds the defaults, so specs without one keep their hash.
+    csv: CsvDialect = Field(
+        default_factory=CsvDialect,
+        exclude_if=lambda value: value == CsvDialect(),
+        description=(
+            "How a CSV input is written: csv.delimiter (',', ';', '\\t', '|') and "
+            "csv.encoding (utf-8, cp1252, latin-1, utf-16, ...), e.g. --set "
+            "data.csv.delimiter=';' --set data.csv.encoding=cp1252 for a CSV file from "
+            "Excel in much of Europe. Quoted cells may hold newlines and doubled quotes."
+        ),
+    )
 
 
 class SamplingConfig(StrictModel):

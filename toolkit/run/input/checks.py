@@ -28,8 +28,11 @@ from typing import TYPE_CHECKING, Any
 from toolkit.errors import InputDataError, SpecError
 from toolkit.run.input.reading import (
     HF_PREFIX,
+    check_csv_text,
     check_local_input,
     check_required_columns,
+    csv_dataset_format,
+    csv_delimiter,
     first_rows,
     input_format,
     local_csv_schema,
@@ -37,7 +40,7 @@ from toolkit.run.input.reading import (
     read_local_json,
 )
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import SAMPLE_PREFIX, DataConfig, JobSpec
+from toolkit.spec.models import SAMPLE_PREFIX, CsvDialect, DataConfig, JobSpec
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,
     RAY_LLM_ERROR_COLUMN,
@@ -99,17 +102,36 @@ def check_input(job: JobDefinition[Any], spec: JobSpec) -> int | None:
     path = str(Path(data.input).expanduser()) if local else data.input
     if local and os.path.isfile(path):
         columns, ids = _check_local_file(job, spec, fmt)
+        check_csv_text(data)
     elif data.rows is None:
-        found = read_id_column(path, fmt, data.id_column)
+        found = read_id_column(path, fmt, data.id_column, dialect=data.csv)
         if found is None:  # Ray's reader reports any real problem
             return None
         ids, columns = found
-    else:
+    else:  # a folder's first --rows are staged by Ray; its ids' type shows already
+        if local:
+            _check_folder_id_type(path, fmt, data)
         return None
     if ids is None:
         return None
     check_unique_ids(ids, data.id_column, ids_source(data), columns)
     return len(ids) if data.rows is None else None
+
+
+def _check_folder_id_type(path: str, file_format: str, data: DataConfig) -> None:
+    """The type of a local folder's id column, from its schema alone (a Parquet
+    footer; a JSON file's first block). CSV ids are read as text."""
+    import pyarrow.dataset as pads
+
+    if file_format == "csv":
+        return
+    try:
+        schema = pads.dataset(path, format=file_format).schema
+    except Exception:  # noqa: BLE001 - an odd file, a remote one without credentials
+        return  # Ray's reader reports any real problem, and the run checks the type
+    if data.id_column in schema.names:
+        check_id_type(schema.field(data.id_column).type, data.id_column, data.input,
+                      schema.names)
 
 
 def _check_local_file(job: JobDefinition[Any], spec: JobSpec,
@@ -128,7 +150,8 @@ def _check_local_file(job: JobDefinition[Any], spec: JobSpec,
         ids = table.column(data.id_column)
         return schema.names, ids.slice(0, data.rows) if data.rows else ids
     if data.rows is None:
-        found = read_id_column(str(Path(data.input).expanduser()), fmt, data.id_column)
+        found = read_id_column(str(Path(data.input).expanduser()), fmt, data.id_column,
+                               dialect=data.csv)
         return schema.names, found[0] if found is not None else None
     batches = first_rows(data, data.rows, columns=[data.id_column])
     assert batches is not None
@@ -147,7 +170,10 @@ def check_input_columns(job: JobDefinition[Any], spec: JobSpec, schema: "pa.Sche
     options = job.options_of(spec)
     required = [c for stage in job.stages for c in stage.required_columns(options)]
     check_required_columns(schema, list(dict.fromkeys([*required, spec.data.id_column])),
-                           spec.data.input, id_column=spec.data.id_column)
+                           spec.data.input, id_column=spec.data.id_column,
+                           delimiter=csv_delimiter(spec.data))
+    check_id_type(schema.field(spec.data.id_column).type, spec.data.id_column,
+                  spec.data.input, schema.names)
     check_written_columns(job, spec, schema.names)
 
 
@@ -162,19 +188,16 @@ def ids_source(data: DataConfig) -> str:
 
 
 def read_id_column(path: str, file_format: str, id_column: str,
-                   filesystem: "pyarrow.fs.FileSystem | None" = None
+                   filesystem: "pyarrow.fs.FileSystem | None" = None,
+                   dialect: CsvDialect | None = None
                    ) -> "tuple[pa.ChunkedArray, list[str]] | None":
     """Just the id column of a CSV, Parquet or JSON file (or folder of them), with the
     names of its columns, or None where Arrow can't read it alone (Ray's reader then
-    reports any real problem)."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
+    reports any real problem). A CSV file is read in ``dialect`` (default: ``,`` UTF-8)."""
     import pyarrow.dataset as pads
 
     formats: dict[str, Any] = {
-        # As Ray reads it (input_data._csv_as_text): text, so "007" stays "007".
-        "csv": pads.CsvFileFormat(convert_options=pacsv.ConvertOptions(
-            column_types={id_column: pa.string()})),
+        "csv": csv_dataset_format(dialect or CsvDialect(), [id_column]),
         "parquet": "parquet",
         "json": "json",
     }
@@ -196,17 +219,15 @@ def check_unique_ids(ids: "pa.ChunkedArray", id_column: str, source: str,
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    check_id_type(ids.type, id_column, source, other_columns)
     if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
         missing_mask = pc.or_kleene(pc.is_null(ids), pc.equal(ids, ""))
     else:
         missing_mask = pc.is_null(ids)
     missing = pc.indices_nonzero(missing_mask).to_pylist()
     present = pc.filter(ids, pc.invert(missing_mask))
-    try:
-        counts = pa.table({"id": present}).group_by("id", use_threads=False).aggregate(
-            [("id", "count")])
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # list or struct ids
-        counts = pa.table({"id": pa.array([], pa.string()), "id_count": pa.array([], pa.int64())})
+    counts = pa.table({"id": present}).group_by("id", use_threads=False).aggregate(
+        [("id", "count")])
     repeated = counts.filter(pc.greater(counts["id_count"], 1))
     if not missing and not repeated.num_rows:
         return
@@ -230,6 +251,61 @@ def check_unique_ids(ids: "pa.ChunkedArray", id_column: str, source: str,
         hint="Key the rows on a column that is unique per row with --set "
         f"data.id_column=<column>{f' (the other columns: {others})' if others else ''}, "
         f"or give every row its own {id_column} in the input.",
+    )
+
+
+def id_type_problem(id_type: "pa.DataType") -> str | None:
+    """Why a column of ``id_type`` can't key rows (a phrase for "... holds ..."), or
+    None for text and whole numbers, the types whose values compare, sort and hash
+    exactly everywhere an id goes: Ray Data's checkpoint, the summary, ``retry``.
+
+    Everything else is refused by name rather than converted: a nested value crashes
+    Arrow's sort kernels outright (no exception), a float id (``1.0``) prints, rounds
+    and joins unlike the id a user typed, and a dictionary-encoded column (a pandas
+    category) is refused by Arrow's membership tests.
+    """
+    import pyarrow as pa
+
+    types = pa.types
+    if types.is_string(id_type) or types.is_large_string(id_type) or types.is_integer(id_type):
+        return None
+    if types.is_string_view(id_type):
+        return ("text in Arrow's string_view layout, which Arrow's take and filter kernels "
+                "(and so Ray Data) don't handle yet")
+    if types.is_null(id_type):
+        return "no values at all (every id is null)"
+    if types.is_floating(id_type):
+        return ("floating-point numbers, which don't key rows exactly (1.0 and "
+                "1.0000000000000002 print alike; a CSV or JSON round trip may change them)")
+    if types.is_dictionary(id_type):
+        return "dictionary-encoded values (a pandas 'category'), which Arrow can't match as ids"
+    if types.is_nested(id_type):
+        return "nested values (lists, records or maps), which can't be compared as ids"
+    if types.is_binary(id_type) or types.is_large_binary(id_type) \
+            or types.is_fixed_size_binary(id_type):
+        return "raw bytes, which can't be shown or typed as ids"
+    return "neither text nor whole numbers"
+
+
+def check_id_type(id_type: "pa.DataType", id_column: str, source: str,
+                  other_columns: Sequence[str]) -> None:
+    """Refuse an id column that isn't text or whole numbers (:func:`id_type_problem`).
+
+    Raises:
+        InputDataError: naming the column, its type, why, and the fix.
+    """
+    problem = id_type_problem(id_type)
+    if problem is None:
+        return
+    others = ", ".join(c for c in other_columns if c != id_column)
+    raise InputDataError(
+        f"data.id_column: column {id_column!r} of {source} is of type {id_type}: "
+        f"{problem}. Rows are written, reported and resumed by their id, so an id must be "
+        "text or a whole number. Nothing was run.",
+        hint="Key the rows on a column of text or whole numbers with --set "
+        f"data.id_column=<column>{f' (the other columns: {others})' if others else ''}, or "
+        f"write {id_column} as text or integers in the input (pandas: "
+        f"df[{id_column!r}] = df[{id_column!r}].astype(str)).",
     )
 
 

@@ -8,6 +8,7 @@ reader reads them, with a line-by-line diagnosis where that fails), so that
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import difflib
 import io
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.spec.models import DataConfig
+from toolkit.spec.models import SAMPLE_PREFIX, CsvDialect, DataConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,14 +153,51 @@ def open_input(data: DataConfig, blocks: int | None = None) -> "Dataset":
         # More blocks than files: Ray splits the file's blocks as it streams them.
         kwargs["override_num_blocks"] = max(data.partitions or 0, blocks or 0)
     if fmt == "csv":
-        import pyarrow.csv as pacsv
-
-        kwargs["convert_options"] = _csv_as_text(source)
-        kwargs["read_options"] = pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES)
+        kwargs["convert_options"] = _csv_as_text(source, data.csv)
+        kwargs["read_options"] = csv_read_options(data.csv)
+        kwargs["parse_options"] = csv_parse_options(data.csv)
     try:
         return readers[fmt](source, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
-        raise InputDataError(_describe_read_error(data.input, exc), hint=_read_hint(data.input))
+        raise InputDataError(_describe_read_error(data.input, exc, data.csv),
+                             hint=_read_hint(data.input))
+
+
+def csv_read_options(dialect: CsvDialect) -> Any:
+    """Arrow's CSV read options for a file written in ``dialect``: those Ray's reader
+    and every check here read with, so they see the same rows."""
+    import pyarrow.csv as pacsv
+
+    # Arrow skips a UTF-8 byte-order mark itself, and decodes any other encoding
+    # (Python's codec) as it reads; UTF-8 costs nothing.
+    return pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES,
+                             encoding=dialect.encoding)
+
+
+def csv_dataset_format(dialect: CsvDialect, text_columns: Sequence[str]) -> Any:
+    """A ``pyarrow.dataset`` CSV format reading files written in ``dialect``, with
+    ``text_columns`` as text (as Ray reads every column: "007" stays "007"), for the
+    checks that read a column or two of a file or folder here."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as pads
+
+    return pads.CsvFileFormat(
+        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in text_columns}),
+        # Arrow's default blocks (1 MiB) read a column ~1.5x faster than the run's 16 MiB;
+        # a longer row fails here, and Ray's reader reads it.
+        read_options=pacsv.ReadOptions(encoding=dialect.encoding),
+        parse_options=csv_parse_options(dialect))
+
+
+def csv_parse_options(dialect: CsvDialect) -> Any:
+    """Arrow's CSV parse options for a file written in ``dialect``."""
+    import pyarrow.csv as pacsv
+
+    # A spreadsheet's cell may hold line breaks (quoted). Without newlines_in_values
+    # Arrow cuts its blocks at any newline, so such a file fails ("out of sync with
+    # chunker") once it is longer than one block; with it, 1M rows read no slower.
+    return pacsv.ParseOptions(delimiter=dialect.delimiter, newlines_in_values=True)
 
 
 def first_rows(data: DataConfig, rows: int,
@@ -178,25 +216,26 @@ def first_rows(data: DataConfig, rows: int,
         return None
     source = str(path)
     if fmt == "csv":
-        convert = _csv_as_text(source)
+        convert = _csv_as_text(source, data.csv)
         if columns is not None:
             convert.include_columns = list(columns)
-        opened = lambda: _csv_reader(source, convert)  # noqa: E731 - opened in the guard
+        opened = lambda: _csv_reader(source, data.csv, convert)  # noqa: E731 - opened in the guard
     else:
         import pyarrow.parquet as pq
 
         opened = lambda: pq.ParquetFile(source).iter_batches(  # noqa: E731
             columns=list(columns) if columns is not None else None)
-    return _at_most(opened, rows, data.input)
+    return _at_most(opened, rows, data.input, data.csv)
 
 
-def _csv_reader(source: "str | pa.NativeFile", convert: Any = None) -> Iterable["pa.RecordBatch"]:
+def _csv_reader(source: "str | pa.NativeFile", dialect: CsvDialect,
+                convert: Any = None) -> Iterable["pa.RecordBatch"]:
     """Arrow's streaming CSV reader with the options :func:`open_input` gives Ray's."""
     import pyarrow.csv as pacsv
 
     return pacsv.open_csv(
-        source, convert_options=convert if convert is not None else _csv_as_text(source),
-        read_options=pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES))
+        source, read_options=csv_read_options(dialect), parse_options=csv_parse_options(dialect),
+        convert_options=convert if convert is not None else _csv_as_text(source, dialect))
 
 
 def _first_block(source: str) -> bytes:
@@ -225,7 +264,7 @@ def _end_of_last_row(text: bytes, within: int) -> int:
 
 
 def _at_most(opened: Callable[[], Iterable["pa.RecordBatch"]], rows: int,
-             source: str) -> Iterator["pa.RecordBatch"]:
+             source: str, dialect: CsvDialect | None = None) -> Iterator["pa.RecordBatch"]:
     try:
         left = rows
         for batch in opened():
@@ -237,12 +276,12 @@ def _at_most(opened: Callable[[], Iterable["pa.RecordBatch"]], rows: int,
     except InputDataError:  # said already, with its own hint (a compressed file, ...)
         raise
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input problem
-        raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
+        raise _read_failure(source, exc, dialect) from None
 
 
-def _csv_as_text(source: str, head: bytes | None = None) -> Any:
+def _csv_as_text(source: str, dialect: CsvDialect, head: bytes | None = None) -> Any:
     """Read every CSV column as text (its names from ``head``, the file's first bytes,
-    read here where not given).
+    read here where not given, in ``dialect``).
 
     Arrow infers CSV types from the first block of a file and then fails mid-file
     when a later block disagrees (a phone column that is all digits for a while);
@@ -271,18 +310,17 @@ def _csv_as_text(source: str, head: bytes | None = None) -> Any:
         raise InputDataError(_describe_read_error(source, exc), hint=_read_hint(source)) from None
     head = head[:_HEAD_BYTES]
     _refuse_compressed(source, head)
+    _refuse_other_encoding(source, head, dialect)
     try:
-        text = head.decode("utf-8")
+        # Not final where the read stopped at _HEAD_BYTES: a character cut there is fine.
+        text = codecs.getincrementaldecoder(dialect.encoding)().decode(
+            head, final=len(head) < _HEAD_BYTES)
     except UnicodeDecodeError as exc:
-        cut_at_edge = len(head) == _HEAD_BYTES and exc.start >= len(head) - 4
-        if not cut_at_edge:  # a bad byte, not a character cut by our 64 KiB read
-            raise InputDataError(
-                f"data.input: {source} is not UTF-8 text (byte {exc.start} is "
-                f"0x{head[exc.start]:02x}).",
-                hint="Re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8).",
-            ) from None
-        text = head[: exc.start].decode("utf-8")
-    header = next(csv.reader(io.StringIO(text)), [])
+        raise _not_text(source, dialect, _where(head, exc.start)) from None
+    # Arrow skips a byte-order mark; a column named "\ufeffIndex" would not be text.
+    # newline="": a line may end in \r\n, \n or a lone \r (old Mac exports), as Arrow's.
+    header = next(csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""),
+                             delimiter=dialect.delimiter), [])
     if not header:
         raise InputDataError(f"data.input: {source} has no header row.")
     return pacsv.ConvertOptions(column_types={name: pa.string() for name in header})
@@ -305,6 +343,102 @@ def _refuse_compressed(source: str, head: bytes) -> None:
               f"{name}.gz: a .gz file is read decompressed." if kind == "gzip" else
               f"Decompress it first ({_UNPACK[kind]} {name})."),
     )
+
+
+def _is_utf8(encoding: str) -> bool:
+    return codecs.lookup(encoding).name == "utf-8"
+
+
+def _refuse_other_encoding(source: str, head: bytes, dialect: CsvDialect) -> None:
+    """A byte-order mark (or a start of NUL bytes) says how a file is encoded: refuse
+    one that contradicts ``data.csv.encoding`` (Excel's "Unicode text" is UTF-16),
+    naming the setting."""
+    name = codecs.lookup(dialect.encoding).name
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and not name.startswith(
+            "utf-16"):
+        raise InputDataError(
+            f"data.input: {source} is UTF-16 text (it starts with a UTF-16 byte-order mark), "
+            f"not {dialect.encoding}. Nothing was run.",
+            hint="Read it as UTF-16 with --set data.csv.encoding=utf-16, or save it as "
+                 "CSV UTF-8.")
+    sample = head[:4096]
+    if sample and sample.count(b"\x00") * 4 >= len(sample) and not name.startswith(
+            ("utf-16", "utf-32")):
+        # NUL is text in UTF-8 (a cell may hold one), so such a file would read as columns
+        # named "I\x00n\x00d..."; in UTF-16 every other byte of Latin text is one.
+        order = "le" if head[1:2] == b"\x00" else "be"
+        raise InputDataError(
+            f"data.input: {source} is a quarter or more NUL bytes (0x00) at its start: it "
+            f"looks like UTF-16 text without a byte-order mark, not {dialect.encoding}. "
+            "Nothing was run.",
+            hint=f"Read it as UTF-16 with --set data.csv.encoding=utf-16-{order}, or save it "
+                 "as CSV UTF-8.")
+    if head.startswith(codecs.BOM_UTF8) and not name.startswith("utf-8"):
+        raise InputDataError(
+            f"data.input: {source} is UTF-8 text (it starts with a UTF-8 byte-order mark), "
+            f"not {dialect.encoding}. Nothing was run.",
+            hint="Leave out data.csv.encoding: UTF-8 is the default.")
+
+
+#: Where a file stops being text: the byte's offset and value, its line number and bytes.
+_Where = tuple[int, int, int, bytes]
+
+
+def _where(buffer: bytes, at: int, offset: int = 0, lines_before: int = 0) -> _Where:
+    """Byte ``at`` of ``buffer`` (which begins ``offset`` bytes into its file, after
+    ``lines_before`` newlines) as a :data:`_Where`."""
+    start = buffer.rfind(b"\n", 0, at) + 1
+    end = buffer.find(b"\n", at)
+    line = buffer[start:end if end >= 0 else len(buffer)].rstrip(b"\r")
+    return offset + at, buffer[at], lines_before + buffer.count(b"\n", 0, at) + 1, line
+
+
+def _undecodable(source: str, encoding: str) -> _Where | None:
+    """The first byte of ``source`` that is not text in ``encoding``; None where every
+    byte is. One pass in :data:`CSV_BLOCK_BYTES` pieces (UTF-8: ~1 GB/s)."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    offset = lines = 0
+    with _open_binary(source) as stream:
+        while True:
+            piece = stream.read(CSV_BLOCK_BYTES)
+            held = decoder.getstate()[0]  # a character's first bytes from the last piece
+            try:
+                decoder.decode(piece, final=not piece)
+            except UnicodeDecodeError as exc:
+                buffer = held + piece
+                return _where(buffer, exc.start, offset - len(held),
+                              lines - held.count(b"\n"))
+            if not piece:
+                return None
+            offset += len(piece)
+            lines += piece.count(b"\n")
+
+
+def _not_text(source: str, dialect: CsvDialect, where: _Where) -> InputDataError:
+    """Why ``source`` can't be read as ``data.csv.encoding``, and the setting that
+    reads it: from UTF-8, the Windows code page Excel saves "CSV" in, where that
+    decodes the line (else Latin-1, which decodes any byte)."""
+    offset, byte, line, text = where
+    if not _is_utf8(dialect.encoding):
+        return InputDataError(
+            f"data.input: {source} is not {dialect.encoding} text (byte {offset} is "
+            f"0x{byte:02x}), on line {line}. Nothing was run.",
+            hint="Set data.csv.encoding to the encoding the file was saved in (utf-8, "
+                 "cp1252, latin-1, utf-16, ...), e.g. --set data.csv.encoding=utf-8.")
+    guess = "cp1252"
+    try:
+        shown = text.decode(guess)
+    except UnicodeDecodeError:
+        guess = "latin-1"
+        shown = text.decode(guess)
+    name = Path(urlparse(source).path if "://" in source else source).name
+    return InputDataError(
+        f"data.input: {source} is not UTF-8 text (byte {offset} is "
+        f"0x{byte:02x}), on line {line}, which reads as "
+        f"{shown[:80]!r} in {guess}. Nothing was run.",
+        hint=f"Read it as {guess} with --set data.csv.encoding={guess} (Excel on Windows "
+             f"saves \"CSV\" so), or re-save it as UTF-8 (iconv -f {guess} -t utf-8 {name} "
+             f"> {Path(name).stem}-utf8.csv).")
 
 
 def _is_gzip_name(source: str) -> bool:
@@ -342,23 +476,67 @@ def _last_line(exc: BaseException) -> str:
     return text[-1] if text else type(exc).__name__
 
 
-def _describe_read_error(source: str, exc: BaseException) -> str:
+def _describe_read_error(source: str, exc: BaseException,
+                         dialect: CsvDialect | None = None) -> str:
     reason = _last_line(exc)
     if "Failed to read CSV file" in reason and "://" not in source:
-        reason = _csv_problem(source) or reason
+        reason = _csv_problem(source, dialect or CsvDialect()) or reason
     return f"data.input: can't read {source}: {reason}"
 
 
-def _csv_problem(source: str, budget: int = 256 << 20) -> str | None:
+def _read_failure(source: str, exc: BaseException,
+                  dialect: CsvDialect | None) -> InputDataError:
+    """A local CSV file's read failure as the user should read it: where its text
+    isn't ``data.csv.encoding`` (Arrow says only "invalid UTF8 data"), that byte
+    and line; otherwise Arrow's reason."""
+    if dialect is not None and "://" not in source:
+        local = str(Path(source).expanduser())
+        with contextlib.suppress(InputDataError, OSError):
+            if isinstance(exc, UnicodeDecodeError) or "UTF8" in str(exc):
+                where = _undecodable(local, dialect.encoding)
+                if where is not None:
+                    return _not_text(source, dialect, where)
+            elif "columns, got" in str(exc):  # rows wider than the header: its separator?
+                header = list(_csv_as_text(local, dialect).column_types)
+                wrong = _wrong_separator(header, [], source, dialect.delimiter)
+                if wrong is not None:
+                    return wrong
+    return InputDataError(_describe_read_error(source, exc, dialect), hint=_read_hint(source))
+
+
+def check_csv_text(data: DataConfig) -> None:
+    """Refuse a single local CSV file that is not text in ``data.csv.encoding``,
+    naming the byte, its line and the setting that reads it: Arrow would otherwise
+    fail mid-run, on the block that holds it, with "invalid UTF8 data".
+
+    A run of every row decodes the whole file here (one pass, ~1 GB/s for UTF-8);
+    with ``--rows`` the rows the run reads are read as the staging reads them.
+
+    Raises:
+        InputDataError: naming the file, byte and line, and the setting to use.
+    """
+    path = Path(data.input).expanduser()
+    if "://" in data.input or input_format(data) != "csv" or not path.is_file():
+        return
+    if data.rows is not None:
+        for _ in first_rows(data, data.rows) or ():
+            pass
+        return
+    where = _undecodable(str(path), data.csv.encoding)
+    if where is not None:
+        raise _not_text(data.input, data.csv, where)
+
+
+def _csv_problem(source: str, dialect: CsvDialect, budget: int = 256 << 20) -> str | None:
     """Arrow's own reason a local CSV file fails (Ray's message hides it), reading
     at most ``budget`` bytes of it."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    options = pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES)
     try:
         with _open_binary(str(Path(source).expanduser())) as stream:
-            reader = pacsv.open_csv(stream, read_options=options)
+            reader = pacsv.open_csv(stream, read_options=csv_read_options(dialect),
+                                    parse_options=csv_parse_options(dialect))
             read = 0
             while read < budget:
                 read += reader.read_next_batch().nbytes
@@ -397,12 +575,14 @@ def local_csv_schema(data: DataConfig) -> "pa.Schema | None":
     with contextlib.suppress(Exception):
         head = _first_block(source)
         if head:
-            convert = _csv_as_text(source, head)
-            batch = next(iter(_at_most(lambda: _csv_reader(pa.BufferReader(head), convert), 1,
+            convert = _csv_as_text(source, data.csv, head)
+            batch = next(iter(_at_most(lambda: _csv_reader(pa.BufferReader(head), data.csv,
+                                                           convert), 1,
                                        data.input)), None)
             if batch is not None:
                 return batch.schema
-    batch = next(iter(_at_most(lambda: _csv_reader(source), 1, data.input)), None)
+    batch = next(iter(_at_most(lambda: _csv_reader(source, data.csv), 1, data.input,
+                               data.csv)), None)
     if batch is None:
         raise InputDataError(f"data.input: {data.input} has no rows.",
                              hint="Point --input at a file with data rows.")
@@ -601,16 +781,58 @@ def input_schema(ds: "Dataset", source: str) -> "pa.Schema":
     return schema.base_schema if not isinstance(schema, pa.Schema) else schema
 
 
+def csv_delimiter(data: DataConfig) -> str | None:
+    """The separator ``data``'s CSV input is read with; None for any other input."""
+    if data.input.startswith(SAMPLE_PREFIX):
+        return None
+    try:
+        return data.csv.delimiter if input_format(data) == "csv" else None
+    except SpecError:  # no format known: refused as such elsewhere
+        return None
+
+
+#: Separators a spreadsheet may have written, as ``--set`` takes them.
+_SEPARATORS = {",": "data.csv.delimiter=,", ";": "data.csv.delimiter=';'",
+               "\t": "'data.csv.delimiter=\\t'", "|": "data.csv.delimiter=pipe"}
+_SEPARATOR_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
+
+
+def _wrong_separator(available: list[str], required: list[str], source: str,
+                     delimiter: str) -> InputDataError | None:
+    """A CSV header read as one column that holds another separator: the file was
+    written with that one (Excel writes ';' where a comma is the decimal mark)."""
+    if len(available) != 1:
+        return None
+    name = available[0]
+    found = [(sum(c in name.split(sep) for c in required), name.count(sep), sep)
+             for sep in _SEPARATORS if sep != delimiter and sep in name]
+    if not found:
+        return None
+    sep = max(found)[2]
+    return InputDataError(
+        f"data.input: {source} has one column, {name[:80]!r}: it looks "
+        f"{_SEPARATOR_NAMES[sep]}-separated ({', '.join(name.split(sep)[:8])}), and it is "
+        f"read as {_SEPARATOR_NAMES[delimiter]}-separated. Nothing was run.",
+        hint=f"Read it as {_SEPARATOR_NAMES[sep]}-separated with --set {_SEPARATORS[sep]}"
+             + (" (Excel writes CSV so where a comma is the decimal mark)." if sep == ";"
+                else "."))
+
+
 def check_required_columns(schema: "pa.Schema", required: list[str], source: str,
-                           id_column: str | None = None) -> None:
+                           id_column: str | None = None, delimiter: str | None = None) -> None:
     """Fail before any model loads when the job's columns are missing, naming near misses.
 
-    A missing ``id_column`` (``data.id_column``) gets its own fix in the hint.
+    A missing ``id_column`` (``data.id_column``) gets its own fix in the hint; a CSV
+    file (``delimiter``: the separator it is read with) whose header is one column
+    holding another separator is named as written with that one.
     """
     available = list(schema.names)
     missing = [c for c in required if c not in available]
     if not missing:
         return
+    wrong = _wrong_separator(available, required, source, delimiter) if delimiter else None
+    if wrong is not None:
+        raise wrong
     guesses = []
     for column in missing:
         close = difflib.get_close_matches(column, available, n=1, cutoff=0.6)

@@ -192,7 +192,7 @@ def check_input_ids(spec: JobSpec, columns: list[str],
         return None
     else:
         path = data.input if "://" in data.input else str(Path(data.input).expanduser())
-        found = read_id_column(path, fmt, data.id_column)
+        found = read_id_column(path, fmt, data.id_column, dialect=data.csv)
     if found is None:
         return None
     ids = found[0]

@@ -39,7 +39,8 @@ holds is data, never instructions:
   ``--output /tmp`` is refused at once rather than after walking all of it.
 
 One process at a time writes a run folder: see :mod:`toolkit.run.output.writer_lock`
-(``_lock.json``, owned by whichever run holds it).
+(``_lock.json``, owned by whichever run holds it). While this process holds it, each
+write here first checks that the lock is still its own (:mod:`toolkit.run.output.fence`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import SpecError
 from toolkit.redaction import redact
+from toolkit.run.output.fence import Fence, FencedFilenames, fence_of, folder_key
+from toolkit.run.output.write_failure import output_write_error
 from toolkit.spec.models import JobSpec
 
 if TYPE_CHECKING:
@@ -79,6 +82,9 @@ BATCH_OUTPUT_FILE = "_batch_output.jsonl"
 #: Held by the one run writing here (see :mod:`toolkit.run.output.writer_lock`).
 LOCK_FILE = "_lock.json"
 RESULT_FILE_PREFIX = "part-"
+#: Ray Data's checkpoint of a piece not yet whole, ``_checkpoint/<piece>.pending.parquet``
+#: (``ray.data.checkpoint.checkpoint_writer.PENDING_CHECKPOINT_SUFFIX`` + ``.parquet``).
+PENDING_CHECKPOINT_SUFFIX = ".pending.parquet"
 _STAGED_MARKER = "_complete"
 #: A write id: ``uuid4().hex[:12]``.
 _WRITE_ID = re.compile(r"^[0-9a-f]{12}$")
@@ -180,6 +186,9 @@ class Manifest:
     #: The first run and each ``toolkit retry`` (see :mod:`toolkit.run.retry`);
     #: empty until the first retry.
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    #: What the run's input was when it started writing (see
+    #: :mod:`toolkit.run.input.identity`); None for runs from before it was recorded.
+    input: dict[str, Any] | None = None
 
     def owns(self, name: str) -> bool:
         """Whether ``name`` (relative to the directory) was written by the toolkit."""
@@ -207,7 +216,8 @@ class Manifest:
         if not (isinstance(manifest.spec, dict) and all(
                 isinstance(value, list) for value in (
                     manifest.write_ids, manifest.files, manifest.made, manifest.attempts))
-                and all(isinstance(attempt, dict) for attempt in manifest.attempts)):
+                and all(isinstance(attempt, dict) for attempt in manifest.attempts)
+                and isinstance(manifest.input, (dict, type(None)))):
             return None
         write_ids = [*manifest.write_ids, *(attempt["write_id"] for attempt in manifest.attempts
                                             if attempt.get("write_id") is not None)]
@@ -301,6 +311,7 @@ class RunDirectory:
         return self.exists(f"{STAGED_INPUT_DIR}/{_STAGED_MARKER}")
 
     def mark_staged_input_complete(self) -> None:
+        self.check_still_ours()
         with self.fs.open_output_stream(self._fs_path(f"{STAGED_INPUT_DIR}/{_STAGED_MARKER}")):
             pass
 
@@ -313,6 +324,7 @@ class RunDirectory:
 
     def open_staged_file(self, name: str) -> Any:
         """A new file ``_input/NAME`` to write (an Arrow output stream)."""
+        self.check_still_ours()
         self.fs.create_dir(self._fs_path(STAGED_INPUT_DIR), recursive=True)
         return self.fs.open_output_stream(self._fs_path(f"{STAGED_INPUT_DIR}/{name}"))
 
@@ -322,6 +334,7 @@ class RunDirectory:
         if manifest is not None and STAGED_INPUT_DIR in manifest.made and self.exists(
                 STAGED_INPUT_DIR):
             self.check_no_link(STAGED_INPUT_DIR)
+            self.check_still_ours()
             self.fs.delete_dir(self._fs_path(STAGED_INPUT_DIR))
 
     # -- what is there -----------------------------------------------------------------
@@ -412,6 +425,21 @@ class RunDirectory:
             hint=f"Remove {path} (or put the real files in its place), or choose another "
             "--output.",
         )
+
+    def check_still_ours(self) -> None:
+        """Return while this process may write here: it holds no lock on the folder (a
+        reader, a test), or the lock still names it (:mod:`toolkit.run.output.fence`).
+
+        Raises:
+            WriterFencedError: another run took the folder over meanwhile (this one was
+                paused past the lock's takeover); nothing more may be written.
+        """
+        fence = self._fence()
+        if fence is not None:
+            fence.check()
+
+    def _fence(self) -> Fence | None:
+        return fence_of(folder_key(self.root, self.location, self.is_local))
 
     def check_no_link(self, name: str) -> None:
         """Refuse ``name`` in a local directory when it is a link or special file.
@@ -564,7 +592,12 @@ class RunDirectory:
                 manifest.made.append(CHECKPOINT_DIR)  # Ray Data writes it during the run
             self._write_manifest(manifest)
         except OSError as exc:
-            raise SpecError(
+            kept, rows = None, 0
+            with contextlib.suppress(Exception):  # what is kept, as far as it can be read
+                rows = self.checkpointed_rows()
+            if rows:
+                kept = f"{rows:,} rows kept in {self.location}"
+            raise output_write_error(exc, self.location, kept) or SpecError(
                 f"data.output: can't write to {self.location}: {exc}.",
                 hint="Choose a directory you can write to with --output.",
             ) from None
@@ -579,6 +612,7 @@ class RunDirectory:
         """Delete what the manifest says the toolkit wrote; nothing else. Returns the names."""
         import pyarrow.fs
 
+        self.check_still_ours()
         deleted = []
         for name in self.entries():  # refuses a link anywhere, before deleting anything
             if manifest.owns(name) and name != LOCK_FILE:
@@ -605,13 +639,20 @@ class RunDirectory:
         """Ray's filename provider for a write: ``part-<write id>_<ray's write uuid>_<task>``."""
         from ray.data.datasource import FilenameProvider
 
-        return FilenameProvider(dataset_uuid=f"{RESULT_FILE_PREFIX}{write_id}",
-                                file_format=file_format)
+        names = FilenameProvider(dataset_uuid=f"{RESULT_FILE_PREFIX}{write_id}",
+                                 file_format=file_format)
+        fence = self._fence()
+        # The workers check the lock before each file (a run may wake to find it taken).
+        return names if fence is None else FencedFilenames(names, fence)
 
     def end_write(self, write_id: str) -> list[str]:
-        """List the write's files in the manifest; return their full paths."""
+        """List the write's files in the manifest; return their full paths. A piece
+        never committed (cut off by a full disk or a stop) is not listed."""
         manifest = self._require_manifest()
-        manifest.files = [posixpath.relpath(p, self.root) for p in self.result_files(manifest)]
+        uncommitted = tuple(self.uncommitted_pieces())
+        manifest.files = [name for name in (posixpath.relpath(p, self.root)
+                                            for p in self.result_files(manifest))
+                          if not (uncommitted and name.startswith(uncommitted))]
         self._write_manifest(manifest)
         prefix = f"{RESULT_FILE_PREFIX}{write_id}_"
         return [self._fs_path(name) for name in manifest.files if name.startswith(prefix)]
@@ -626,13 +667,37 @@ class RunDirectory:
         return pads.dataset(files, filesystem=self.fs, format=file_format).count_rows()
 
     def checkpointed_rows(self) -> int:
-        """Rows Ray Data's checkpoint records as written (0 without a checkpoint)."""
-        if not self.exists(CHECKPOINT_DIR):
-            return 0
-        import pyarrow.dataset as pads
+        """Rows Ray Data's checkpoint records as written whole (0 without a checkpoint).
 
-        return pads.dataset(self._fs_path(CHECKPOINT_DIR), filesystem=self.fs,
-                            format="parquet").count_rows()
+        Only committed checkpoint files count: a pending one is for a piece whose file
+        may be cut off (a full disk, a kill mid-write), which the next run's Ray Data
+        deletes and writes again (:mod:`toolkit.run.output.write_failure`); a pending
+        file may be cut off itself.
+        """
+        import pyarrow.dataset as pads
+        import pyarrow.fs
+
+        selector = pyarrow.fs.FileSelector(self._fs_path(CHECKPOINT_DIR), recursive=True,
+                                           allow_not_found=True)
+        committed = [info.path for info in self.fs.get_file_info(selector)
+                     if info.type == pyarrow.fs.FileType.File
+                     and not info.base_name.startswith((".", "_"))
+                     and not info.base_name.endswith(PENDING_CHECKPOINT_SUFFIX)]
+        if not committed:
+            return 0
+        return pads.dataset(committed, filesystem=self.fs, format="parquet").count_rows()
+
+    def uncommitted_pieces(self) -> list[str]:
+        """Result file name prefixes of pieces Ray Data began but never committed (a
+        pending checkpoint of theirs is in ``_checkpoint``): their files, if any, may
+        be cut off, and the next run deletes them before it reads anything."""
+        import pyarrow.fs
+
+        selector = pyarrow.fs.FileSelector(self._fs_path(CHECKPOINT_DIR), allow_not_found=True)
+        return [info.base_name.removesuffix(PENDING_CHECKPOINT_SUFFIX)
+                for info in self.fs.get_file_info(selector)
+                if info.type == pyarrow.fs.FileType.File
+                and info.base_name.endswith(PENDING_CHECKPOINT_SUFFIX)]
 
     def open_results(self, file_format: str) -> Any:
         """The toolkit's result files as one ``pyarrow.dataset.Dataset``."""
@@ -645,6 +710,7 @@ class RunDirectory:
 
         They leave the manifest too, so a folder of that name made later is not the toolkit's.
         """
+        self.check_still_ours()  # the checkpoint it deletes may be the new owner's by now
         manifest = self._require_manifest()
         for name in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
             if name in manifest.made:
@@ -681,6 +747,7 @@ class RunDirectory:
         progress poll, the next attempt) sees the old content or the new, never an
         empty file. On local disk that is a sibling renamed over it; an object store
         makes an object visible only once its upload completes."""
+        self.check_still_ours()
         self.check_no_link(name)
         if not self.is_local:
             with self.fs.open_output_stream(self._fs_path(name)) as stream:
@@ -694,7 +761,9 @@ class RunDirectory:
                 stream.write(content)
             os.replace(self._fs_path(partial), self._fs_path(name))
         finally:
-            with contextlib.suppress(FileNotFoundError):
+            # A full disk leaves the old file whole and no sibling; a read-only one
+            # can't lose the sibling either, and the write's own error is what to tell.
+            with contextlib.suppress(OSError):
                 os.unlink(self._fs_path(partial))
 
     def read_json(self, name: str) -> dict[str, Any] | None:
@@ -714,6 +783,7 @@ class RunDirectory:
             "fingerprint": manifest.fingerprint, "spec": redact(manifest.spec),
             "write_ids": manifest.write_ids, "files": manifest.files, "made": manifest.made,
             **({"attempts": manifest.attempts} if manifest.attempts else {}),
+            **({"input": manifest.input} if manifest.input is not None else {}),
         })
 
     def _require_manifest(self) -> Manifest:

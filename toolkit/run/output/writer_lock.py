@@ -9,14 +9,28 @@ while another live process holds it, naming that process.
 
 The lock is a file in the folder (a name the run directory always owns), created
 exclusively on a local disk; it says who holds it (host, pid, the command, when it
-started), and while it is held a thread refreshes it every :data:`HEARTBEAT_S`. A lock
-is stale, and the next run takes it over, when its process is gone (same host) or its
-heartbeat is older than :data:`STALE_AFTER_S` (a driver on another node that died).
-A crash therefore never blocks a resume for long.
+started, a random token), and while it is held a thread refreshes it every
+:data:`HEARTBEAT_S`. A lock is stale, and the next run takes it over, when its process
+is gone (same host) or its heartbeat is older than :data:`STALE_AFTER_S` (a driver on
+another node that died). A crash therefore never blocks a resume for long.
+
+A live process can miss its heartbeats too (a laptop asleep, a stopped process, a
+driver stalled on a network mount) and wake to find its folder taken over. So the
+heartbeat refreshes only a lock file that still holds this run's token (read, compare,
+then refresh), and stops for good, marking the lock lost, once it doesn't; and every
+write to the folder first checks the token (:mod:`toolkit.run.output.fence`), so the
+run that woke stops with :class:`~toolkit.errors.WriterFencedError` and writes nothing
+more. Releasing a lock another run holds now leaves its file alone.
+
+``TOOLKIT_LOCK_STALE_AFTER_S`` sets the takeover limit (tests; a shared disk slow
+enough to starve the heartbeat wants more); the heartbeat beats four times within it.
 
 Object stores (``s3://``) have no exclusive create through Arrow's filesystems: there
 the lock is written and read back, so two runs starting within the same moment could
-both go on; any later run sees the holder.
+both go on; any later run sees the holder (S3 reads what was last written since 2020).
+The heartbeat rewrites the lock there, after reading it: a takeover landing between
+that read and that write is overwritten, and whichever run reads the lock next and
+finds another token stops (the new run at its read back, or at its next heartbeat).
 
 Within one process the lock is re-entrant (``toolkit retry`` holds it from its setup
 through the run it resumes).
@@ -31,49 +45,41 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from toolkit.errors import OutputInUseError, SpecError
+from toolkit.run.output.fence import Fence, Holder, folder_key, hold, let_go, read_holder
 from toolkit.run.output.run_directory import LOCK_FILE, RUN_LOG_FILE
+from toolkit.run.output.write_failure import output_write_error
 
 if TYPE_CHECKING:
     from toolkit.run.output.run_directory import RunDirectory
 
-#: How often a held lock is refreshed.
-HEARTBEAT_S = 10.0
+
+def _stale_after_s(environ: Mapping[str, str] = os.environ) -> float:
+    """``TOOLKIT_LOCK_STALE_AFTER_S`` when it is a positive number of seconds, else 120."""
+    try:
+        seconds = float(environ.get("TOOLKIT_LOCK_STALE_AFTER_S", ""))
+    except ValueError:
+        return 120.0
+    return seconds if seconds > 0 else 120.0
+
+
 #: A lock not refreshed for this long is a crashed run's (generous: a loaded machine
 #: can starve a thread for a while, and taking a live run's lock is the worse error).
-STALE_AFTER_S = 120.0
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a lock, as its file says."""
-
-    token: str
-    host: str
-    pid: int
-    command: str
-    started: str
-
-    @classmethod
-    def from_content(cls, content: Any) -> "Holder | None":
-        if not isinstance(content, dict):
-            return None
-        try:
-            return cls(token=str(content["token"]), host=str(content["host"]),
-                       pid=int(content["pid"]), command=str(content["command"]),
-                       started=str(content["started"]))
-        except (KeyError, TypeError, ValueError):
-            return None
+STALE_AFTER_S = _stale_after_s()
+#: How often a held lock is refreshed.
+HEARTBEAT_S = min(10.0, STALE_AFTER_S / 4)
 
 
 class _Held:
-    """A lock this process holds: how many holders nest in it, and its heartbeat."""
+    """A lock this process holds: how many holders nest in it, its heartbeat, and the
+    fence every write checks."""
 
-    def __init__(self, holder: Holder) -> None:
+    def __init__(self, holder: Holder, fence: Fence) -> None:
         self.holder = holder
+        self.fence = fence
         self.count = 1
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
@@ -100,8 +106,7 @@ class WriterLock:
         """
         self.run_dir = run_dir
         self.command = command
-        self._key = (os.path.realpath(run_dir.root) if run_dir.is_local
-                     else run_dir.location.rstrip("/"))
+        self._key = folder_key(run_dir.root, run_dir.location, run_dir.is_local)
         self._made_folder = False
         self._acquired = False
 
@@ -135,17 +140,18 @@ class WriterLock:
             else:
                 self._acquire_remote(mine)
         except OSError as exc:
-            raise SpecError(
+            raise output_write_error(exc, self.run_dir.location) or SpecError(
                 f"data.output: can't write to {self.run_dir.location}: "
                 f"{exc.strerror or exc}.",
                 hint="Choose a directory you can write to with --output.",
             ) from None
-        held = _Held(mine)
+        held = _Held(mine, Fence(self.run_dir.fs, self.run_dir.location, self._path, mine))
         held.thread = threading.Thread(target=self._beat, args=(held,), daemon=True,
                                        name="toolkit-writer-lock")
         held.thread.start()
         with _HELD_GUARD:
             _HELD[self._key] = held
+        hold(self._key, held.fence)
         self._acquired = True
 
     def release(self) -> None:
@@ -161,6 +167,7 @@ class WriterLock:
             if held.count:
                 return
             del _HELD[self._key]
+        let_go(self._key)
         held.stop.set()
         if self._holder_now() == held.holder:
             try:
@@ -196,8 +203,13 @@ class WriterLock:
                     raise self._in_use(holder)
                 self._take_over_local(holder)
                 continue
-            with os.fdopen(fd, "w") as stream:
-                stream.write(_content(mine))
+            try:
+                with os.fdopen(fd, "w") as stream:
+                    stream.write(_content(mine))
+            except OSError:
+                # A full disk: no empty lock is left for the next run to wait on.
+                os.unlink(self._path)
+                raise
             return
         raise self._in_use(self._holder_now())
 
@@ -240,9 +252,8 @@ class WriterLock:
 
     def _holder_now(self) -> Holder | None:
         try:
-            with self.run_dir.fs.open_input_stream(self._path) as stream:
-                return Holder.from_content(json.loads(stream.read() or b"null"))
-        except (FileNotFoundError, OSError, ValueError):
+            return read_holder(self.run_dir.fs, self._path)
+        except OSError:
             return None
 
     def _age_s(self) -> float | None:
@@ -288,14 +299,26 @@ class WriterLock:
     # -- the heartbeat ------------------------------------------------------------------
 
     def _beat(self, held: _Held) -> None:
-        while not held.stop.wait(HEARTBEAT_S):
-            try:
-                if self.run_dir.is_local:
-                    os.utime(self._path)
-                else:
-                    self._write(held.holder)
-            except OSError:
-                pass  # the folder went away: the run fails on its own writes
+        while not held.stop.wait(HEARTBEAT_S) and self._refresh(held):
+            pass
+
+    def _refresh(self, held: _Held) -> bool:
+        """One heartbeat: refresh the lock if it still holds our token; False (and the
+        lock marked lost, so the next write stops at once) once another run's is there,
+        or none: a run woken from a pause must not keep the new owner's lock alive as
+        if it were its own, nor go on as if nothing happened."""
+        try:
+            holder = read_holder(self.run_dir.fs, self._path)
+            if holder is None or holder.token != held.holder.token:
+                held.fence.taken = (holder,)
+                return False
+            if self.run_dir.is_local:
+                os.utime(self._path)
+            else:
+                self._write(held.holder)
+        except OSError:
+            pass  # the folder went away or can't be read now: the next write says so
+        return True
 
 
 def _content(holder: Holder) -> str:
