@@ -142,7 +142,7 @@ def test_date_reformat_checks_answers_and_reports_accuracy(local_ray, tmp_path):
 
 
 def test_vlm_caption_writes_one_row_per_image_without_the_bytes(local_ray, tmp_path):
-    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.image_files import write_sample_images
 
     job = load_job("vlm-caption")
     images = write_sample_images(tmp_path / "images", count=12, corrupt=3, seed=1)

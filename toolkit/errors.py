@@ -29,7 +29,7 @@ Tracebacks are shown only with ``TOOLKIT_DEBUG=1``. Messages never show a creden
 in a URL (:func:`toolkit.redaction.redact`).
 
 These are plain exceptions, so the library works without click: only the CLI
-(:mod:`toolkit.cli.errors`) turns them into click's, with the same exit codes.
+(:mod:`toolkit.cli.click_errors`) turns them into click's, with the same exit codes.
 """
 
 from __future__ import annotations

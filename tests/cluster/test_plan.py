@@ -13,9 +13,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from toolkit.cli.main import main
-from toolkit.cluster.plan import PLACEHOLDER_VALUE, plan_job
+from toolkit.cluster.estimate.job_estimate import estimate_job as plan_job
 from toolkit.cluster.price_table import INSTANCE_PRICES
 from toolkit.cluster.throughput_table import parameters_from_name, size_class
+from toolkit.run.prompt_tokens import PLACEHOLDER_VALUE
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli.main import main
-from toolkit.engines.prompt_tokens import PromptTokenCounter
+from toolkit.engines.token_counter import PromptTokenCounter
 
 ROWS = 40
 LONG_ID = "8"  # this row's company name alone is ~750 tokens: over max_model_len 256

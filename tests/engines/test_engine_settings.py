@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli.main import main
-from toolkit.engines.model_stage import actor_pool
+from toolkit.engines.batch_stage import actor_pool
 from toolkit.errors import SpecError
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec, spec_to_yaml

@@ -125,7 +125,7 @@ def test_submit_forwards_the_header_variables_by_name():
 
 
 def test_pacing_and_credentials_can_change_on_resume_but_the_server_cannot():
-    from toolkit.run.output.run_directory import results_fingerprint
+    from toolkit.run.output.fingerprint import results_fingerprint
 
     job = load_job("text-industry")
     base = results_fingerprint(load_job_spec(job, sets=[*HTTP, "engine.qps=3"]))

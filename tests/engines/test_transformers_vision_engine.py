@@ -18,7 +18,7 @@ from toolkit.engines.transformers.vision_engine import (  # noqa: E402
     split_images,
 )
 from toolkit.engines.images import decode_image, image_to_data_url, resize_image  # noqa: E402
-from toolkit.samples.images import write_sample_images  # noqa: E402
+from toolkit.samples.image_files import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import build_tiny_vision_model  # noqa: E402
 from toolkit.spec.engine_settings import validate_engine  # noqa: E402
 

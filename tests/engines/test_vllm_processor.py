@@ -184,7 +184,7 @@ def test_vlm_caption_rows_carry_their_image_to_vllm(local_ray, tmp_path):
     from PIL import Image
 
     from toolkit.run.pipeline import prepare_row
-    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.image_files import write_sample_images
     from toolkit.samples.tiny_vision_model import tiny_vision_model_path
 
     job = load_job("vlm-caption")

@@ -78,7 +78,7 @@ def test_anyscale_without_login_says_how_to_log_in(tmp_path, monkeypatch):
 def test_an_image_that_is_not_an_image_is_an_error_row(local_ray, tmp_path):
     import pyarrow.parquet as pq
 
-    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.image_files import write_sample_images
 
     write_sample_images(tmp_path / "images", count=3, seed=0)
     (tmp_path / "images" / "notes.jpg").write_text("meeting notes, not a picture")

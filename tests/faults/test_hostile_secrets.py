@@ -217,7 +217,7 @@ def test_a_run_reads_with_the_credentials_and_writes_them_nowhere(guarded_csv, l
 def test_a_rotated_key_resumes_the_same_run(project):
     """The resume fingerprint is taken from the redacted spec: new credentials for the
     same data are the same spec."""
-    from toolkit.run.output.run_directory import results_fingerprint
+    from toolkit.run.output.fingerprint import results_fingerprint
     from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec
 

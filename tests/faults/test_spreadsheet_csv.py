@@ -19,10 +19,10 @@ from click.testing import CliRunner
 
 from tests.faults.test_input_before_ray import error_of, refused_before_ray, run
 from toolkit.cli.main import main
-from toolkit.run.input import reading
+from toolkit.run.input import csv_files as reading
 from toolkit.run.input.checks import check_input
 from toolkit.run.input.reading import first_rows, open_input
-from toolkit.run.output.run_directory import results_fingerprint
+from toolkit.run.output.fingerprint import results_fingerprint
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 

@@ -368,7 +368,7 @@ def test_the_small_model_follows_engine_also_in_a_spec_read_back_from_its_dump()
 
 
 def test_a_resume_may_resize_the_small_models_pool_but_not_change_it_or_its_threshold():
-    from toolkit.run.output.run_directory import results_fingerprint
+    from toolkit.run.output.fingerprint import results_fingerprint
 
     cascade = ["cascade.model=sample:tiny-chat-small", "cascade.escalate_below=0.5"]
     base = results_fingerprint(load_job_spec(JOB, smoke=True, sets=cascade))

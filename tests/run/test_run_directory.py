@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import SpecError
+from toolkit.run.output.fingerprint import results_fingerprint
 from toolkit.run.output.run_directory import (
     CHECKPOINT_DIR,
     SUMMARY_FILE,
     RunDirectory,
     RunState,
-    results_fingerprint,
 )
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec

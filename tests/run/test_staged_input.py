@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import InputDataError
-from toolkit.run.input.reading import CSV_BLOCK_BYTES, local_csv_schema
+from toolkit.run.input.csv_files import CSV_BLOCK_BYTES, local_csv_schema
 from toolkit.run.input.source import stage_input
 from toolkit.run.output.run_directory import RunDirectory
 from toolkit.spec.jobs.catalog import load_job
@@ -87,7 +87,7 @@ def test_the_schema_of_a_big_csv_reads_one_block_and_a_quoted_newline_at_its_end
     # 110 MiB; reading the whole file (8 blocks) ahead took 270.
     measure = (
         "import resource, sys\n"
-        "from toolkit.run.input.reading import local_csv_schema\n"
+        "from toolkit.run.input.csv_files import local_csv_schema\n"
         "from toolkit.spec.models import DataConfig\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "local_csv_schema(DataConfig(input=sys.argv[1], output=sys.argv[2], id_column='Index'))\n"

@@ -13,7 +13,7 @@ from toolkit.engines.images import (
     image_to_data_url,
     resize_image,
 )
-from toolkit.samples.images import write_sample_images
+from toolkit.samples.image_files import write_sample_images
 
 
 def decodable(path) -> bool:

@@ -13,7 +13,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokeniz
 
 from toolkit.engines.images import decode_image  # noqa: E402
 from toolkit.samples import tiny_vision_model  # noqa: E402
-from toolkit.samples.images import write_sample_images  # noqa: E402
+from toolkit.samples.image_files import write_sample_images  # noqa: E402
 from toolkit.samples.tiny_vision_model import (  # noqa: E402
     IMAGE_TOKENS_PER_IMAGE,
     build_tiny_vision_model,

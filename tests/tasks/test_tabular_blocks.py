@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from toolkit.engines.model_stage import through_numpy
+from toolkit.engines.batch_stage import through_numpy
 from toolkit.engines.sklearn.tabular_stage import predict_rows, predict_tabular
 from toolkit.run.model_stages import prepare_batch, prepare_table
 from toolkit.run.pipeline import finish_batch, output_schema

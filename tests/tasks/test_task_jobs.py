@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from toolkit.cli.main import main
-from toolkit.run.output.run_directory import results_fingerprint
+from toolkit.run.output.fingerprint import results_fingerprint
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from toolkit.engines.model_stage import through_numpy
+from toolkit.engines.batch_stage import through_numpy
 from toolkit.engines.transformers.text_stages import TextClassifier, TextEncoder
 from toolkit.run.model_stages import prepare_batch, prepare_table
 from toolkit.run.pipeline import finish_batch, output_schema

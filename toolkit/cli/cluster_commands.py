@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from toolkit.cli.errors import interrupted
+from toolkit.cli.click_errors import interrupted
 from toolkit.cli.plan_command import plan_command, quick_estimate, sample_rows
 from toolkit.cli.spec_options import (
     CHECK_TOKENS_HELP,

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
-from toolkit.cli.errors import interrupted, to_click
+from toolkit.cli.click_errors import interrupted, to_click
 from toolkit.cli.serve_command import serve_command
 from toolkit.cli.spec_options import (
     CHECK_TOKENS_HELP,
@@ -197,22 +197,22 @@ def retry_command(output: str, only: tuple[str, ...], sets: tuple[str, ...], job
 
     choice = InputChanged(input_changed) if input_changed else None
     with holding(output):  # from the setup through the run: no other run writes here
-        job_def, spec, plan = prepare_retry(output, sets, list(only) or None, job=job,
-                                            input_changed=choice)
-        if plan.nothing_to_do and not plan.input_changed:
+        job_def, spec, setup = prepare_retry(output, sets, list(only) or None, job=job,
+                                             input_changed=choice)
+        if setup.nothing_to_do and not setup.input_changed:
             click.echo(f"Nothing to retry: no row in {redact(output)} failed"
                        + (f" {', '.join(only)}" if only else "") + ".")
             return
-        if plan.nothing_to_do:
+        if setup.nothing_to_do:
             click.echo(f"No row in {redact(output)} failed; its input changed: "
                        f"--input-changed {input_changed}.")
-        elif plan.resumed:
-            click.echo(f"Resuming retry attempt {plan.attempt} in {redact(output)}.")
+        elif setup.resumed:
+            click.echo(f"Resuming retry attempt {setup.attempt} in {redact(output)}.")
         else:
-            missing = (f", {plan.rows_missing:,} missing from the result files"
-                       if plan.rows_missing else "")
-            click.echo(f"Retry attempt {plan.attempt}: redoing {plan.rows_to_redo:,} failed "
-                       f"rows{missing} and any not reached; keeping {plan.rows_kept:,}.")
+            missing = (f", {setup.rows_missing:,} missing from the result files"
+                       if setup.rows_missing else "")
+            click.echo(f"Retry attempt {setup.attempt}: redoing {setup.rows_to_redo:,} failed "
+                       f"rows{missing} and any not reached; keeping {setup.rows_kept:,}.")
         _run_with_progress(job_def, spec, overwrite=False, address=address, verbose=verbose,
                            dashboard=False, input_changed=input_changed)
 
@@ -327,7 +327,7 @@ def samples_customers(rows: str, output: Path, seed: int) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 def samples_images(count: int, corrupt: int, output: Path, seed: int) -> None:
     """Write generated pictures, some deliberately broken, for vlm-caption runs."""
-    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.image_files import write_sample_images
 
     try:
         paths = write_sample_images(output, count=count, corrupt=corrupt, seed=seed)

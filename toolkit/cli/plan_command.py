@@ -1,7 +1,8 @@
 """``toolkit plan``: what a job will take (rows, tokens, workers, GPU-hours, cost) before it runs.
 
-The logic is :mod:`toolkit.cluster.plan`; this module parses, hands it what only the
-CLI may import (the samples' row counts and generators), and prints.
+The logic is the cost estimate, :mod:`toolkit.cluster.estimate`; this module parses,
+hands it what only the CLI may import (the samples' row counts and generators), and
+prints.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
       toolkit plan text-industry --input customers.csv --rows 100k --tokens
       toolkit plan text-industry --from-run out/pilot --calibrate labels.csv
     """
-    from toolkit.cluster.plan import plan_job
+    from toolkit.cluster.estimate.job_estimate import estimate_job
 
     if labels and not from_run:
         raise click.UsageError("--calibrate needs --from-run: the pilot whose answers "
@@ -84,8 +85,9 @@ def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
         from toolkit.samples.provider import SAMPLES
 
         tokens = count_prompt_tokens_on_ray(job_def, spec, samples=SAMPLES)
-    plan = plan_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
-                    sample_rows=sample_rows(), sample_inputs=_sample_inputs(), tokens=tokens)
+    estimate = estimate_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
+                            sample_rows=sample_rows(), sample_inputs=_sample_inputs(),
+                            tokens=tokens)
     calibration = None
     if labels and from_run:
         from toolkit.cluster.calibration import calibrate
@@ -93,24 +95,24 @@ def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
         calibration = calibrate(from_run, labels, escalate_below=spec.cascade.escalate_below
                                 if spec.cascade is not None else None)
     if output_format == "json":
-        payload = plan.as_json()
+        payload = estimate.as_json()
         if calibration is not None:
             payload["calibration"] = calibration.as_json()
         click.echo(json.dumps(payload, indent=2))
     else:
-        click.echo(plan.text())
+        click.echo(estimate.text())
         if calibration is not None:
             click.echo(calibration.text())
 
 
 def quick_estimate(job_def: Any, spec: Any) -> str | None:
-    """The plan's one-line estimate, fast (no tokenizer, no counting files), or None on
+    """The cost estimate in one line, fast (no tokenizer, no counting files), or None on
     any problem: an estimate must never slow down or fail a submit."""
     try:
-        from toolkit.cluster.plan import plan_job
+        from toolkit.cluster.estimate.job_estimate import estimate_job
 
-        plan = plan_job(job_def, spec, sample_rows=sample_rows(), use_tokenizer=False,
-                        count_rows=False)
-        return plan.one_line()
+        estimate = estimate_job(job_def, spec, sample_rows=sample_rows(), use_tokenizer=False,
+                                count_rows=False)
+        return estimate.one_line()
     except Exception:  # noqa: BLE001 - see the docstring
         return None

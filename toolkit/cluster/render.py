@@ -49,7 +49,7 @@ from toolkit.cluster.upload import (
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
 from toolkit.redaction import redact
-from toolkit.run.output.run_directory import results_fingerprint
+from toolkit.run.output.fingerprint import results_fingerprint
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
 

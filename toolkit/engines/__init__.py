@@ -2,7 +2,7 @@
 its own to a dataset. Which one runs is configuration (``engine.kind``), not code: the
 pipeline asks the registry (:mod:`toolkit.engines.registry`) and calls
 :func:`apply_engine`. Beside the kinds live what several share: the actor-pool model
-stage (:mod:`~toolkit.engines.model_stage`), where a model comes from
+stage (:mod:`~toolkit.engines.batch_stage`), where a model comes from
 (:mod:`~toolkit.engines.model_source`), image decoding and the torch checks."""
 
 from __future__ import annotations

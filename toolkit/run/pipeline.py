@@ -36,9 +36,10 @@ from toolkit.run.cascade_rows import (
     transit_fields,
 )
 from toolkit.run.input.checks import check_id_type, check_written_columns
+from toolkit.run.input.csv_files import csv_delimiter
 from toolkit.run.input.formats import run_format
 from toolkit.run.input.identity import InputChanged
-from toolkit.run.input.reading import check_required_columns, csv_delimiter
+from toolkit.run.input.reading import check_required_columns
 from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.model_stages import (
     between_stages_schema,

@@ -21,9 +21,9 @@ from toolkit.engines.model_source import check_model_source
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
 from toolkit.run.input.checks import check_input, check_written_columns
+from toolkit.run.input.file_access import HF_PREFIX
 from toolkit.run.input.formats import run_format
 from toolkit.run.input.identity import InputChanged
-from toolkit.run.input.reading import HF_PREFIX
 from toolkit.run.model_stages import clashing_result_columns
 from toolkit.run.output.run_directory import LOCK_FILE, RunDirectory, RunState
 from toolkit.run.output.write_failure import output_write_error

@@ -4,7 +4,7 @@ and the ``--check-tokens`` preflight of ``run`` and ``submit``.
 One Ray Data pass over the run's own input (the same rows a run reads: the file,
 ``--rows`` of it, or a ``sample:`` input) runs the job's own preprocess on each row,
 as the pipeline does, and counts its prompt with the model's tokenizer the way the
-stage's engine will (:mod:`toolkit.engines.prompt_tokens`): the figures are the
+stage's engine will (:mod:`toolkit.engines.token_counter`): the figures are the
 ``num_input_tokens`` a run writes, found on CPUs, with no model weights and no GPU.
 
 The stage counted is the job's chat stage (the last ``generate`` stage); what
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.model_source import resolve_model_source
-from toolkit.engines.prompt_tokens import model_max_len
 from toolkit.engines.registry import engine_kind
+from toolkit.engines.token_counter import model_max_len
 from toolkit.errors import InputDataError, SpecError
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
@@ -315,7 +315,7 @@ class _CountBatch:
                  chat_template_kwargs: dict[str, Any], preprocess: Any, options: Any,
                  earlier: dict[str, Any], sampling_params: dict[str, Any],
                  id_column: str, apply_chat_template: bool = True) -> None:
-        from toolkit.engines.prompt_tokens import PromptTokenCounter
+        from toolkit.engines.token_counter import PromptTokenCounter
 
         self.counter = PromptTokenCounter(tokenizer_source, ray_llm_prompt, chat_template_kwargs)
         # Off: a row's `prompt` is counted as written (/v1/completions).

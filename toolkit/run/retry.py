@@ -57,6 +57,7 @@ from toolkit.run.input.identity import (
     read_columns,
     row_changes,
 )
+from toolkit.run.output.fingerprint import changed_fields, results_fingerprint
 from toolkit.run.output.run_directory import (
     CHECKPOINT_DIR,
     RESULT_FILE_PREFIX,
@@ -64,8 +65,6 @@ from toolkit.run.output.run_directory import (
     Manifest,
     RunDirectory,
     RunState,
-    changed_fields,
-    results_fingerprint,
 )
 from toolkit.run.output.write_failure import failed_writes_explained
 from toolkit.run.output.writer_lock import WriterLock
@@ -81,8 +80,8 @@ ERROR_ROWS = "error"
 
 
 @dataclass(frozen=True)
-class RetryPlan:
-    """What a retry does: which attempt, how many rows it redoes, and why."""
+class RetrySetup:
+    """What setting up a retry found: which attempt, how many rows it redoes, and why."""
 
     attempt: int
     rows_to_redo: int
@@ -132,8 +131,8 @@ def read_manifest_of(output: str) -> tuple[RunDirectory, Manifest]:
     return run_dir, manifest
 
 
-def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
-               only: Sequence[str] | None = None) -> RetryPlan:
+def set_up_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
+               only: Sequence[str] | None = None) -> RetrySetup:
     """Set up the attempt that redoes the failed rows of ``run_dir`` with ``spec``.
 
     Args:
@@ -164,7 +163,7 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
     attempts = manifest.attempts
     if attempts and attempts[-1].get("state") == "running" \
             and attempts[-1].get("fingerprint") == fingerprint:
-        return RetryPlan(attempt=int(attempts[-1]["attempt"]), rows_to_redo=0, rows_kept=0,
+        return RetrySetup(attempt=int(attempts[-1]["attempt"]), rows_to_redo=0, rows_kept=0,
                          resumed=True)
     if not attempts:  # the first run becomes attempt 1
         attempts.append({"attempt": 1, "fingerprint": manifest.fingerprint, "state": "done",
@@ -200,7 +199,7 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
             attempts.clear()
         manifest.fingerprint, manifest.spec = before
         run_dir.write_manifest(manifest)
-        return RetryPlan(attempt=len(attempts), rows_to_redo=0, rows_kept=len(keep),
+        return RetrySetup(attempt=len(attempts), rows_to_redo=0, rows_kept=len(keep),
                          nothing_to_do=True)
     # The summary goes first: a setup cut short after this is redone, never taken for a
     # finished run with nothing to redo (its failed rows may be pruned already).
@@ -214,7 +213,7 @@ def plan_retry(spec: JobSpec, run_dir: RunDirectory, manifest: Manifest,
     attempt["rows"] = redo + missing if attempt["rows"] is None else attempt["rows"]
     attempt["state"] = "running"
     run_dir.write_manifest(manifest)  # 4: the pipeline resumes from here
-    return RetryPlan(attempt=int(attempt["attempt"]), rows_to_redo=redo, rows_kept=len(keep),
+    return RetrySetup(attempt=int(attempt["attempt"]), rows_to_redo=redo, rows_kept=len(keep),
                      rows_missing=missing)
 
 
@@ -481,7 +480,7 @@ def _take_out(run_dir: RunDirectory, manifest: Manifest, id_column: str,
 
 def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | None = None,
                   job: str | None = None, input_changed: InputChanged | None = None,
-                  ) -> tuple[JobDefinition[Any], JobSpec, RetryPlan]:
+                  ) -> tuple[JobDefinition[Any], JobSpec, RetrySetup]:
     """Everything ``toolkit retry`` does before the run: the job and new spec of the run in
     ``output``, and its failed rows taken out (see the module's steps). Call it holding
     :func:`holding`.
@@ -521,5 +520,5 @@ def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | N
         raise changed_input_error(spec.data, changes, describe_rows(rows, columns),
                                   finished=run_dir.exists(SUMMARY_FILE), retry=True)
     with failed_writes_explained(output, lambda: None):  # a full disk: exit 11, resumable
-        plan = plan_retry(spec, run_dir, manifest, only)
-    return definition, spec, dataclasses.replace(plan, input_changed=bool(changes))
+        setup = set_up_retry(spec, run_dir, manifest, only)
+    return definition, spec, dataclasses.replace(setup, input_changed=bool(changes))

@@ -76,7 +76,7 @@ class BuiltinSamples:
 
 def sample_images_folder(count: int, seed: int) -> Path:
     """Generated pictures (1 in 25 deliberately broken) in the sample cache."""
-    from toolkit.samples.images import write_sample_images
+    from toolkit.samples.image_files import write_sample_images
     from toolkit.samples.tiny_model import sample_cache_dir
 
     corrupt = max(1, count // 25)

@@ -37,7 +37,7 @@ class EngineSettings(StrictModel):
     Validating this base class validates the model of the section's ``kind``.
     """
 
-    #: Where plan says a worker's GPU count comes from.
+    #: Where ``toolkit plan``'s cost estimate says a worker's GPU count comes from.
     gpus_detail: ClassVar[str] = "engine.accelerator_type"
 
     kind: str = Field(
@@ -273,7 +273,7 @@ class EngineSettings(StrictModel):
         return []
 
     def plan_notes(self) -> list[str]:
-        """What a cost plan should say about these settings."""
+        """What the cost estimate (``toolkit plan``) should say about these settings."""
         return []
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.engines.model_stage import ModelStage, error_text, stage_resources, through_numpy
+from toolkit.engines.batch_stage import ModelStage, error_text, stage_resources, through_numpy
 from toolkit.errors import SpecError
 from toolkit.spec.row_contract import (
     MESSAGES_COLUMN,
@@ -72,7 +72,7 @@ class PredictorStage(ModelStage):
     numpy arrays in one call, its answers come back as the ``outputs`` struct, and no
     row goes through Python on the way. When that call fails, or its answers are not
     one value per row, the block goes the way of every model stage
-    (:func:`~toolkit.engines.model_stage.run_model_on_batch`): retried row by row, so
+    (:func:`~toolkit.engines.batch_stage.run_model_on_batch`): retried row by row, so
     one bad row is one error row.
     """
 

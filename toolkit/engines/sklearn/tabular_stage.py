@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.engines import BatchStep, batch_step_resources
-from toolkit.engines.model_stage import error_text, run_model_on_batch, through_numpy
+from toolkit.engines.batch_stage import error_text, run_model_on_batch, through_numpy
 from toolkit.errors import SpecError
 from toolkit.spec.row_contract import MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN, TASK_CONTRACTS
 from toolkit.spec.sample_sources import sample_name

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from toolkit.engines.model_stage import stage_resources
+from toolkit.engines.batch_stage import stage_resources
 from toolkit.engines.transformers.prompt_prefix import PrefixCache
 from toolkit.spec.row_contract import (
     ERROR_COLUMN,

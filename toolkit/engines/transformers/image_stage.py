@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.engines.model_stage import ModelStage, stage_resources, torch_device
+from toolkit.engines.batch_stage import ModelStage, stage_resources, torch_device
 from toolkit.spec.row_contract import TASK_CONTRACTS
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolkit.engines.model_stage import ModelStage, stage_resources, torch_device
+from toolkit.engines.batch_stage import ModelStage, stage_resources, torch_device
 from toolkit.spec.row_contract import TASK_CONTRACTS
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 #: vLLM settings that only tune its memory and scheduling: never an answer. The
 #: transformers engine has nothing to tune with them, so they pass without a note
-#: (``toolkit.run.output.run_directory.RESULT_NEUTRAL_ENGINE_KWARGS`` is the same idea).
+#: (``toolkit.run.output.fingerprint.RESULT_NEUTRAL_ENGINE_KWARGS`` is the same idea).
 VLLM_TUNING_KWARGS: tuple[str, ...] = (
     "gpu_memory_utilization", "enable_chunked_prefill", "max_num_batched_tokens",
     "max_num_seqs", "swap_space", "disable_log_stats", "block_size", "kv_cache_memory_bytes",

@@ -26,19 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.run.input.reading import (
-    HF_PREFIX,
+from toolkit.run.input.csv_files import (
     check_csv_text,
-    check_local_input,
-    check_required_columns,
     csv_dataset_format,
     csv_delimiter,
-    first_rows,
-    input_format,
     local_csv_schema,
-    local_parquet_schema,
-    read_local_json,
 )
+from toolkit.run.input.file_access import HF_PREFIX, check_local_input, input_format
+from toolkit.run.input.json_files import read_local_json
+from toolkit.run.input.reading import check_required_columns, first_rows, local_parquet_schema
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import SAMPLE_PREFIX, CsvDialect, DataConfig, JobSpec
 from toolkit.spec.row_contract import (

@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 from toolkit.errors import InputChangedError
 from toolkit.redaction import redact
 from toolkit.run.input.checks import TABLE_FORMATS
+from toolkit.run.input.csv_files import csv_dataset_format
+from toolkit.run.input.file_access import HF_PREFIX, input_format
 from toolkit.run.input.formats import run_format
-from toolkit.run.input.reading import HF_PREFIX, csv_dataset_format, input_format
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import SAMPLE_PREFIX, DataConfig, JobSpec
 

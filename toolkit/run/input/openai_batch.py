@@ -809,7 +809,7 @@ def request_lines(source: str) -> Iterator[tuple[int, str]]:
     Raises:
         InputDataError: the file is missing or can't be read.
     """
-    from toolkit.run.input.reading import _open_binary
+    from toolkit.run.input.file_access import open_binary as _open_binary
 
     try:
         stream = _open_binary(source if "://" in source else str(Path(source).expanduser()))

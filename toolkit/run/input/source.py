@@ -32,15 +32,10 @@ from toolkit.run.input.checks import (
     ids_source,
     read_id_column,
 )
+from toolkit.run.input.csv_files import local_csv_schema
+from toolkit.run.input.file_access import HF_PREFIX, input_format
 from toolkit.run.input.formats import run_format
-from toolkit.run.input.reading import (
-    HF_PREFIX,
-    first_rows,
-    input_format,
-    input_schema,
-    local_csv_schema,
-    open_input,
-)
+from toolkit.run.input.reading import first_rows, input_schema, open_input
 from toolkit.run.output.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.run.progress.sources import expected_rows
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec

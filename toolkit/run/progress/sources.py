@@ -25,8 +25,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from toolkit.run.input.file_access import HF_PREFIX, input_format
 from toolkit.run.input.formats import run_format
-from toolkit.run.input.reading import HF_PREFIX, input_format
 from toolkit.run.output.run_directory import RESULT_FILE_PREFIX, RunDirectory
 from toolkit.run.progress.model import Progress, RowCounts
 from toolkit.spec.cascade import ANSWERED_BY_COLUMN

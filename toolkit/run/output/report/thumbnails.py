@@ -59,7 +59,7 @@ def sample_thumbnails(rows: list[Mapping[str, Any]], id_column: str,
 def _in_row(row: Mapping[str, Any]) -> bytes | Path | None:
     """A picture the output row itself leads to: a local image file named by one of
     its values (an image folder's ``path``), or image bytes it kept."""
-    from toolkit.run.input.reading import IMAGE_EXTENSIONS
+    from toolkit.run.input.file_access import IMAGE_EXTENSIONS
 
     for value in row.values():
         if isinstance(value, dict):
