@@ -30,7 +30,7 @@ import argparse
 import time
 
 from toolkit.engines.transformers.chat_engine import TransformersChatEngine, generate_texts
-from toolkit.run.pipeline import engine_sampling_params
+from toolkit.run.row_steps import engine_sampling_params
 from toolkit.samples.customers import customers_batch
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec

@@ -63,7 +63,7 @@ def cpu_per_row(csv: Path, rows: int, model: str | None) -> float:
 
     from toolkit.engines.model_source import resolve_model_source
     from toolkit.engines.registry import engine_kind
-    from toolkit.run.pipeline import engine_sampling_params
+    from toolkit.run.row_steps import engine_sampling_params
     from toolkit.run.prompt_tokens import _CountBatch, chat_stage
     from toolkit.samples.provider import SAMPLES
     from toolkit.spec.jobs.catalog import load_job

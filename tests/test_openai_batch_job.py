@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from toolkit.run.pipeline import run_pipeline
+from toolkit.run.driver import run_pipeline
 from toolkit.samples.provider import SAMPLES
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
@@ -82,7 +82,7 @@ def assert_answered(line: dict) -> None:
 
 def test_each_request_brings_its_own_sampling_params_over_the_specs():
     from toolkit.run.input.openai_batch import parse_request_line
-    from toolkit.run.pipeline import engine_sampling_params, prepare_row
+    from toolkit.run.row_steps import engine_sampling_params, prepare_row
 
     job = load_job("openai-batch")
     spec = load_job_spec(job, smoke=True, overrides={"data.input": "requests.jsonl"})

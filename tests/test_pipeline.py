@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import InputDataError, SpecError
-from toolkit.run.pipeline import run_pipeline
+from toolkit.run.driver import run_pipeline
 from toolkit.samples.customers import CUSTOMER_COLUMNS, write_customers_csv
 from toolkit.samples.provider import SAMPLES
 from toolkit.spec.jobs.catalog import load_job

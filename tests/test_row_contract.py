@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from toolkit.run.pipeline import finish_batch, output_schema, prepare_row
+from toolkit.run.row_steps import finish_batch, output_schema, prepare_row
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 

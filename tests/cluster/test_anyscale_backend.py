@@ -40,7 +40,7 @@ from toolkit.cli.main import main
 from toolkit.cluster.backends.anyscale_backend import AnyscaleBackend, has_credentials
 from toolkit.cluster.backends.base import JobNotFoundError, JobStatus
 from toolkit.cluster.render import prepare_submission
-from toolkit.cluster.watching import Clock, follow
+from toolkit.run.progress.following import Clock, follow
 from toolkit.errors import BackendUnavailableError
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec

@@ -23,7 +23,7 @@ from ray.core.generated import autoscaler_pb2 as pb
 
 from toolkit.cluster.backends.base import JobInfo, JobStatus
 from toolkit.cluster.backends.local_head import LocalHead
-from toolkit.cluster.job_progress import format_resources_line, waiting_for
+from toolkit.run.progress.watched_job import format_resources_line, waiting_for
 from toolkit.errors import ResourcesUnavailableError
 from toolkit.run.ray.cluster_fit import (
     ClusterState,
@@ -123,7 +123,7 @@ def test_a_running_stage_that_can_never_start_is_stopped_after_the_wait(tmp_path
         import sys, time
         import ray
         from toolkit.errors import ResourcesUnavailableError
-        from toolkit.run.pipeline import run_pipeline
+        from toolkit.run.driver import run_pipeline
         from toolkit.samples.provider import SAMPLES
         from toolkit.spec.jobs.catalog import load_job
         from toolkit.spec.loading import load_job_spec

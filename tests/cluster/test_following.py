@@ -24,7 +24,7 @@ from watch_only_backend import WatchOnlyBackend
 
 from toolkit.cluster.backends.base import JobInfo, JobStatus
 from toolkit.cluster.backends.local_head import LocalHead
-from toolkit.cluster.job_log import (
+from toolkit.run.progress.job_log import (
     JobLogWriter,
     LogFilter,
     ToolkitLine,
@@ -32,7 +32,7 @@ from toolkit.cluster.job_log import (
     parse_progress_line,
     parse_resources_line,
 )
-from toolkit.cluster.job_progress import (
+from toolkit.run.progress.watched_job import (
     RATE_WINDOW_S,
     JobObserver,
     ProgressWatcher,
@@ -40,7 +40,7 @@ from toolkit.cluster.job_progress import (
     watch_job,
 )
 from toolkit.cluster.job_results import job_results
-from toolkit.cluster.watching import Clock, ctrl_c_noticed
+from toolkit.run.progress.following import Clock, ctrl_c_noticed
 from toolkit.run.output.summary import RunSummary
 from toolkit.run.progress.model import Progress
 

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from toolkit.cli.main import main
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
-from toolkit.cluster.job_progress import (
+from toolkit.run.progress.watched_job import (
     JobObserver,
     ProgressWatcher,
     WatchOptions,
@@ -31,7 +31,7 @@ from toolkit.cluster.job_progress import (
     report_progress,
     watch_job,
 )
-from toolkit.cluster.watching import Clock
+from toolkit.run.progress.following import Clock
 from toolkit.errors import JobStalledError
 from toolkit.run.output.run_directory import RunDirectory
 from toolkit.run.output.summary import RunSummary
@@ -184,7 +184,7 @@ def test_finished_job_rows_done_are_the_rows_written() -> None:
 def test_one_progress_model_from_a_run_directory_to_both_displays(tmp_path: Path) -> None:
     """A local run and a watched job read the same run directory into the same
     Progress, with the row total from the same function; every display takes it."""
-    import toolkit.cluster.job_progress as cluster_progress
+    import toolkit.run.progress.watched_job as cluster_progress
     from toolkit.run.progress.display import format_progress
     from toolkit.run.progress.model import ProgressReporter
     from toolkit.run.progress.sources import WrittenRows, expected_rows

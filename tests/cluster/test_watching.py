@@ -7,7 +7,7 @@ import pytest
 from watch_only_backend import WatchOnlyBackend
 
 from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
-from toolkit.cluster.watching import Clock, follow, raise_for_outcome
+from toolkit.run.progress.following import Clock, follow, raise_for_outcome
 from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
 
 

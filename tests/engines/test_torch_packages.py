@@ -11,7 +11,7 @@ import pytest
 
 from toolkit.engines.torch_packages import mismatched_torch_extensions
 from toolkit.errors import SpecError
-from toolkit.run.local_run import check_runs_locally
+from toolkit.run.driver import check_runs_locally
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 

@@ -109,7 +109,7 @@ def test_without_the_chat_template_the_prompt_goes_in_as_written(tiny_chat_model
 
 
 def test_a_jobs_messages_are_one_prompt_as_written_without_the_chat_template():
-    from toolkit.run.pipeline import messages_as_written, prepare_row
+    from toolkit.run.row_steps import messages_as_written, prepare_row
 
     def preprocess(row, options):
         return {"messages": [{"role": "system", "content": "Answer in one word."},

@@ -4,7 +4,7 @@ runs on GPU workers, so here we check what would be built, against a local model
 from __future__ import annotations
 
 from toolkit.engines.vllm.chat_stage import build_vllm_processor
-from toolkit.run.pipeline import engine_sampling_params
+from toolkit.run.row_steps import engine_sampling_params
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 
@@ -113,7 +113,7 @@ def test_ray_data_llm_stages_template_good_rows_and_pass_error_rows_by(local_ray
     from ray.llm._internal.batch.processor.base import Processor
     from transformers import AutoTokenizer
 
-    from toolkit.run.pipeline import prepare_row
+    from toolkit.run.row_steps import prepare_row
 
     job = load_job("text-industry")
     spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
@@ -154,7 +154,7 @@ def rows_before_the_engine(processor, stage_names, rows):
 
 
 def test_date_reformat_rows_ask_vllm_for_the_date_pattern(local_ray, tiny_chat_model):
-    from toolkit.run.pipeline import prepare_row
+    from toolkit.run.row_steps import prepare_row
 
     job = load_job("date-reformat")
     spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
@@ -183,7 +183,7 @@ def test_vlm_caption_rows_carry_their_image_to_vllm(local_ray, tmp_path):
 
     from PIL import Image
 
-    from toolkit.run.pipeline import prepare_row
+    from toolkit.run.row_steps import prepare_row
     from toolkit.samples.image_files import write_sample_images
     from toolkit.samples.tiny_vision_model import tiny_vision_model_path
 
@@ -245,7 +245,7 @@ def test_cpu_backend_settings_are_the_users_to_change(local_ray, tiny_chat_model
 def test_a_local_run_shrinks_cpu_pools_this_machine_cannot_hold():
     """The templates' 4 workers are sized for GPU clusters; on a 4-CPU local Ray, 1-CPU
     vLLM workers leave room for 2 beside its CPU stages and the reads and writes."""
-    from toolkit.run.local_run import fit_pools_to_this_machine
+    from toolkit.run.driver import fit_pools_to_this_machine
 
     job = load_job("text-industry")
     spec = load_job_spec(job, overrides={"engine.accelerator_type": "none"})

@@ -105,7 +105,7 @@ def test_debug_shows_the_traceback(local_ray, tmp_path, monkeypatch):
 
 def test_a_gpu_engine_on_a_machine_without_gpus_is_refused_up_front(local_ray):
     from toolkit.errors import ResourcesUnavailableError, SpecError
-    from toolkit.run.local_run import check_runs_locally
+    from toolkit.run.driver import check_runs_locally
     from toolkit.run.ray.cluster_fit import check_cluster_fits, cluster_state
     from toolkit.spec.jobs.catalog import load_job
     from toolkit.spec.loading import load_job_spec

@@ -20,7 +20,7 @@ import pytest
 
 from toolkit.errors import EngineDiedError, JobFailedError
 from toolkit.run.local_run import run_job
-from toolkit.run.pipeline import run_pipeline
+from toolkit.run.driver import run_pipeline
 from toolkit.samples.provider import SAMPLES
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec

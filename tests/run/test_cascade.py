@@ -31,7 +31,7 @@ from toolkit.run.cascade_rows import (
     route_first_answers,
     settle_cascade,
 )
-from toolkit.run.pipeline import output_schema
+from toolkit.run.row_steps import output_schema
 from toolkit.spec.jobs.catalog import load_job
 from toolkit.spec.loading import load_job_spec
 

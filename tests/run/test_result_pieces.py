@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.run.input.source import rows_per_piece
-from toolkit.run.pipeline import run_pipeline
+from toolkit.run.driver import run_pipeline
 from toolkit.samples.customers import customers_batch
 from toolkit.samples.provider import SAMPLES
 from toolkit.spec.jobs.catalog import load_job

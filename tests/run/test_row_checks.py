@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from toolkit.cluster.job_progress import format_progress_line, parse_progress_line
+from toolkit.run.progress.watched_job import format_progress_line, parse_progress_line
 from toolkit.engines.http.chat_stage import read_response
-from toolkit.run.pipeline import finish_row
+from toolkit.run.row_steps import finish_row
 from toolkit.run.progress.display import format_progress
 from toolkit.run.progress.model import Progress, RowCounts
 from toolkit.run.progress.sources import table_counts

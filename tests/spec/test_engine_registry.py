@@ -16,8 +16,8 @@ from toolkit.cluster.render import job_requirements
 from toolkit.engines import registry
 from toolkit.engines.registry import EngineKind, engine_kind, engine_kinds
 from toolkit.errors import SpecError
+from toolkit.run.driver import run_pipeline
 from toolkit.run.output.fingerprint import results_fingerprint
-from toolkit.run.pipeline import run_pipeline
 from toolkit.samples.provider import SAMPLES
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.jobs.catalog import load_job

@@ -1,9 +1,9 @@
 """``toolkit render | plan | submit | status | logs | stop | list``: jobs that run elsewhere.
 
 Each command parses its flags, calls the library (:mod:`toolkit.cluster.render`,
-:mod:`toolkit.cluster.backends`, :mod:`toolkit.cluster.watching`) and prints. Human-readable notes
-go to stderr; stdout carries what scripts want: the job id from ``submit``, the
-job's logs, ``status``/``list`` output (``--output json`` for machines).
+:mod:`toolkit.cluster.backends`, :mod:`toolkit.run.progress.following`) and prints.
+Human-readable notes go to stderr; stdout carries what scripts want: the job id from
+``submit``, the job's logs, ``status``/``list`` output (``--output json`` for machines).
 
 Exit codes (see :mod:`toolkit.errors`): 0 ok / job SUCCEEDED, 2 bad spec, flag or
 job id, 3 cluster unreachable or not logged in, 4 job FAILED, 5 job STOPPED, 6 a
@@ -99,8 +99,8 @@ def _timeout_option(default: float, text: str) -> Callable[..., Any]:
 def _report_interval() -> float:
     """Seconds between progress lines while following without a terminal:
     ``$TOOLKIT_PROGRESS_INTERVAL`` (as for ``toolkit run``), else one a minute."""
-    from toolkit.cluster.job_progress import REPORT_INTERVAL_S
     from toolkit.run.progress.display import PLAIN_INTERVAL_ENV, plain_interval
+    from toolkit.run.progress.watched_job import REPORT_INTERVAL_S
 
     return plain_interval() if os.environ.get(PLAIN_INTERVAL_ENV) else REPORT_INTERVAL_S
 
@@ -124,14 +124,14 @@ def _follow(target: Any, job_id: str, timeout: float, flags: str,
     # Every import is inside the try: a Ctrl-C while the progress modules loaded
     # (pyarrow takes a moment) escaped to click, which printed `Aborted!`.
     try:
-        from toolkit.cluster.job_progress import (
+        from toolkit.run.progress.display import ProgressDisplay
+        from toolkit.run.progress.following import ctrl_c_noticed, raise_for_outcome
+        from toolkit.run.progress.watched_job import (
             DEFAULT_STALL_TIMEOUT_S,
             JobObserver,
             WatchOptions,
             watch_job,
         )
-        from toolkit.cluster.watching import ctrl_c_noticed, raise_for_outcome
-        from toolkit.run.progress.display import ProgressDisplay
 
         # The job's lines on stdout, for scripts; the progress line and notes on stderr.
         display = ProgressDisplay(sys.stderr, interactive=sys.stderr.isatty(),
@@ -172,7 +172,7 @@ def _follow(target: Any, job_id: str, timeout: float, flags: str,
         took = f" in {info.duration_s:.1f} s" if info.duration_s is not None else ""
         _note(f"Job {job_id} {info.status}{took}.")
     except KeyboardInterrupt:
-        from toolkit.cluster.watching import stopped_following
+        from toolkit.run.progress.following import stopped_following
 
         end_line()
         interrupted(stopped_following(job_id, flags))
@@ -198,7 +198,7 @@ def _stops_cleanly_on_ctrl_c(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt:
-            from toolkit.cluster.watching import stopped_following, stopped_submitting
+            from toolkit.run.progress.following import stopped_following, stopped_submitting
 
             flags = _target_flags(kwargs.get("backend") or "ray", kwargs.get("address"))
             job_id = kwargs.get("job_id")  # `logs` has one; `submit` has none until it submits
@@ -410,8 +410,8 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
     can't read it, one line says why. ``--output json`` has the same: ``output``,
     ``summary``, ``report`` (null when unknown) and ``summary_note``.
     """
-    from toolkit.cluster.job_progress import job_progress, waiting_for
     from toolkit.cluster.job_results import job_results
+    from toolkit.run.progress.watched_job import job_progress, waiting_for
 
     target = _open(backend, address)
     info = target.status(job_id)
@@ -506,7 +506,7 @@ def stop_command(job_id: str | None, backend: str, address: str | None, wait: bo
         return
     if not job_id:
         raise click.UsageError("Missing JOB_ID (or pass --local-head).")
-    from toolkit.cluster.watching import follow
+    from toolkit.run.progress.following import follow
 
     target = _open(backend, address)
     if not target.stop(job_id):

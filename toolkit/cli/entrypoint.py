@@ -3,8 +3,10 @@
 ``--job`` names the job (a job file staged next to the spec, or a built-in) and
 ``--spec`` the serialised spec; both travel in the uploaded working dir, and the
 toolkit itself reaches the cluster as a ``py_modules`` entry. It is the
-cluster-side twin of ``toolkit run``: it serves ``sample:`` inputs and models to
-smoke jobs, as the CLI does. The first thing it does is check that the packages the run needs are importable, so a cluster image
+cluster-side twin of ``toolkit run``: the same preflight and the same driver
+(:func:`toolkit.run.driver.execute`), observed by the job's log
+(:class:`~toolkit.run.progress.job_log.JobLogWriter`) instead of a terminal line; it
+serves ``sample:`` inputs and models to smoke jobs, as the CLI does. The first thing it does is check that the packages the run needs are importable, so a cluster image
 without them fails in seconds with a message that says what to install.
 """
 
@@ -14,13 +16,13 @@ import argparse
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolkit.cluster.job_log import JobLogWriter
 from toolkit.engines.registry import engine_kind
+from toolkit.error_causes import root_cause
 from toolkit.errors import SpecError, debug_enabled, toolkit_cause
+from toolkit.run.progress.job_log import JobLogWriter
 
 #: Packages every run needs on the cluster, by import name -> pip name.
 RUNTIME_PACKAGES: dict[str, str] = {
@@ -57,20 +59,6 @@ def check_packages(*engine_kinds: str) -> None:
         )
 
 
-def _report_progress(spec: Any, log: JobLogWriter) -> Callable[[], None]:
-    """Print ``[toolkit] progress: rows_done=... rows_total=... rows_per_second=...``
-    (with the phase until rows come) every 30 s while the run goes, for watchers that
-    can't read its output directly (``toolkit status``/``--follow`` parse it).
-    Returns the function that stops it."""
-    from toolkit.cluster.job_progress import report_progress
-    from toolkit.run.progress.sources import expected_rows
-    from toolkit.samples.provider import SAMPLES
-
-    return report_progress(spec.data.output,
-                           lambda: expected_rows(spec, SAMPLES.default_rows),
-                           emit=log.progress, phase=lambda: log.phase_now)
-
-
 def with_output_resolved(spec: Any) -> Any:
     """The spec with ``data.output`` as this cluster names it (Anyscale's artifact
     storage filled in: see :mod:`toolkit.cluster.data_placement`)."""
@@ -85,7 +73,8 @@ def with_output_resolved(spec: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Load the job and its spec, join Ray, run the pipeline, print the summary."""
+    """Load the job and its spec, check them, run them on the cluster's Ray, print the
+    summary."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.cli.entrypoint",
                                      description="Run one batch-llm-toolkit job from its spec.")
     parser.add_argument("--job", required=True,
@@ -103,11 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         log.phase("starting")
         check_packages()
+        from toolkit.run.driver import execute
         from toolkit.run.input.identity import InputChanged
         from toolkit.run.output.summary_text import format_summary
-        from toolkit.run.pipeline import run_pipeline
-        from toolkit.run.ray.cluster_fit import check_cluster_fits, cluster_state
-        from toolkit.run.ray.connection import connect_ray
+        from toolkit.run.preflight import preflight
+        from toolkit.samples.provider import SAMPLES
         from toolkit.spec.jobs.catalog import load_job
         from toolkit.spec.loading import read_spec_file
 
@@ -116,21 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         spec = with_output_resolved(spec)
         # Workers load the model, but they run the driver's image in every setup we render.
         check_packages(*(engine.kind for _, engine in spec.model_stages))
-        connection = connect_ray()
-        if connection.dashboard_url:
-            print(f"Ray Dashboard: {connection.dashboard_url}", flush=True)
-        check_cluster_fits(spec, cluster_state())
-        from toolkit.samples.provider import SAMPLES
-
-        stop_progress = _report_progress(spec, log)
-        try:
-            summary = run_pipeline(job, spec, overwrite=args.overwrite, samples=SAMPLES,
-                                   on_notice=log.resources, on_phase=log.phase,
-                                   check_tokens=args.check_tokens,
-                                   input_changed=InputChanged(args.input_changed)
-                                   if args.input_changed else None)
-        finally:
-            stop_progress()
+        plan = preflight(job, spec, overwrite=args.overwrite, samples=SAMPLES,
+                         command="a submitted run",
+                         input_changed=InputChanged(args.input_changed)
+                         if args.input_changed else None)
+        summary = execute(plan, log, check_tokens=args.check_tokens)
     except Exception as exc:
         if debug_enabled():
             raise
@@ -141,8 +120,6 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(ours.exit_code)
         # The traceback stays in the raw log; the marked line says what failed.
         traceback.print_exc()
-        from toolkit.run.local_run import root_cause
-
         log.error(f"The run failed: {root_cause(exc)}",
                   "The traceback is in the job's whole log (toolkit logs JOB_ID).")
         sys.exit(1)

@@ -24,6 +24,7 @@ from toolkit.cli.spec_options import (
     pop_spec_flags,
     spec_options,
 )
+from toolkit.error_causes import root_cause
 from toolkit.errors import RunInterruptedError, SpecError, ToolkitError, debug_enabled
 
 class ToolkitGroup(click.Group):
@@ -45,8 +46,6 @@ class ToolkitGroup(click.Group):
         except Exception as exc:
             if debug_enabled():
                 raise
-            from toolkit.run.local_run import root_cause
-
             raise to_click(ToolkitError(
                 f"Unexpected error: {root_cause(exc)}",
                 hint="Rerun with TOOLKIT_DEBUG=1 to see the traceback.",

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.cluster.backends.base import JobInfo, JobStatus
-from toolkit.cluster.job_progress import readable_from_here
 from toolkit.redaction import redact
 from toolkit.run.output.summary import RunSummary, read_summary
+from toolkit.run.progress.watched_job import readable_from_here
 
 
 @dataclass(frozen=True)

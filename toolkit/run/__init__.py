@@ -6,10 +6,12 @@
   results land, the summary and the report.
 - ``ray/``: joining Ray (embedded or ``RAY_ADDRESS``), its auth, its own output, and
   whether the cluster can hold the run.
-- ``progress/``: the one progress model, where its figures come from, and the
-  terminal line of a local run.
-- Here: the run itself (``local_run``, ``preflight``, ``pipeline`` and its model
-  stages, row checks, the stop-loss, ``retry``).
+- ``progress/``: the one progress model, where its figures come from, the terminal
+  line, a submitted job's log (written and read back) and the watcher of a job.
+- Here: the run itself (``preflight``, the one ``driver`` that executes a plan for
+  ``toolkit run`` (``local_run``) and a submitted job alike, the ``pipeline`` that
+  builds the dataset, the ``row_steps`` its workers run, its model stages, row checks,
+  the stop-loss, ``retry``).
 
 Imports the spec and engine layers below it; never the cluster or CLI layers.
 """

@@ -1,8 +1,7 @@
 """Everything a run checks before it starts, in one place, once.
 
-``toolkit run`` calls :func:`preflight` before Ray starts and hands what it returns to
-:func:`toolkit.run.pipeline.run_planned`; the cluster entrypoint lets
-:func:`~toolkit.run.pipeline.run_pipeline` call it. Checks that touch nothing come
+``toolkit run`` and the cluster entrypoint call :func:`preflight` before Ray starts and
+hand what it returns to the driver (:func:`toolkit.run.driver.execute`). Checks that touch nothing come
 first (result columns, the input, each model stage's model and engine), then the run
 directory is taken (its writer lock: no other run may write it from here on) and
 prepared (``--overwrite`` deletes only from here on), then the input format stages

@@ -154,7 +154,7 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
             endpoint), or its model can't be found.
         InputDataError: the input can't be read.
     """
-    from toolkit.run.pipeline import engine_sampling_params, ship_job_code_by_value
+    from toolkit.run.row_steps import engine_sampling_params, ship_job_code_by_value
 
     started = time.monotonic()
     stage, source = counted_stage(job, spec, samples)
@@ -326,7 +326,7 @@ class _CountBatch:
     def __call__(self, batch: "pa.Table") -> dict[str, "np.ndarray"]:
         import numpy as np
 
-        from toolkit.run.pipeline import prepare_row
+        from toolkit.run.row_steps import prepare_row
         from toolkit.spec.row_contract import ERROR_COLUMN, plain
 
         rows = batch.to_pylist()

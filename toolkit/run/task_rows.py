@@ -1,6 +1,6 @@
 """Preparing rows for the model stages other than chat generation (``engine.task``).
 
-The same as :func:`toolkit.run.pipeline.prepare_row` for chat, with the task's own
+The same as :func:`toolkit.run.row_steps.prepare_row` for chat, with the task's own
 input columns: the job's preprocess gives them (``prompt``; ``image`` +
 ``image_size``; ``features``), and a row it rejects becomes an error row whose
 input columns are null, so every row of a block has the same columns and no

@@ -1,9 +1,11 @@
 """What every backend speaks: the job models, the status enum and the Protocol.
 
 A backend runs a prepared job somewhere else (a Ray cluster through the Ray Jobs
-API, or Anyscale) and answers questions about it. The CLI and
-:mod:`toolkit.cluster.watching` only use this module's names, so adding a backend means
-implementing :class:`Backend` and registering it in :mod:`toolkit.cluster.backends`.
+API, or Anyscale) and answers questions about it. The CLI and the watcher of a job
+(:mod:`toolkit.run.progress.following`) only use this module's names (a job's status
+and info are the progress package's, :mod:`toolkit.run.progress.job_state`), so adding
+a backend means implementing :class:`Backend` and registering it in
+:mod:`toolkit.cluster.backends`.
 
 Nothing here imports Ray or Anyscale.
 """
@@ -12,33 +14,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from datetime import datetime
-from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolkit.errors import SpecError
+from toolkit.run.progress.job_state import JobInfo, JobStatus
 
-
-class JobStatus(str, Enum):
-    """Where a submitted job is in its life. The same names as Ray's ``JobStatus``."""
-
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    STOPPED = "STOPPED"
-    #: The service reported a state this toolkit does not know (not terminal).
-    UNKNOWN = "UNKNOWN"
-
-    def __str__(self) -> str:
-        return self.value
-
-    def is_terminal(self) -> bool:
-        """``True`` once the job can no longer change: SUCCEEDED, FAILED or STOPPED."""
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+__all__ = ["Backend", "JobHandle", "JobInfo", "JobNotFoundError", "JobStatus", "SubmitRequest"]
 
 
 class _Model(BaseModel):
@@ -57,29 +41,6 @@ class JobHandle(_Model):
     installs: list[str] = Field(
         default_factory=list,
         description="Requirements installed for the job because the cluster lacked them.")
-
-
-class JobInfo(_Model):
-    """A job's state as one backend reports it. Never carries env vars or secrets."""
-
-    backend: str
-    job_id: str
-    status: JobStatus
-    name: str | None = None
-    entrypoint: str | None = None
-    message: str | None = Field(None, description="The backend's one-line explanation.")
-    start_time: datetime | None = None
-    end_time: datetime | None = None
-    url: str | None = None
-    output: str | None = Field(
-        None, description="Where the job writes results (from submit metadata), if known."
-    )
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.start_time is None or self.end_time is None:
-            return None
-        return (self.end_time - self.start_time).total_seconds()
 
 
 class SubmitRequest(_Model):

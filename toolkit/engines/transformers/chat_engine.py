@@ -703,7 +703,7 @@ def apply_transformers_engine(
     driver, whose operator holds their references for the whole execution, so they
     neither go out of scope while an actor may restart nor get lost short of losing
     the driver's node, which ends the run anyway. ``toolkit run`` sends the line to
-    the run's log file with the rest of Ray's output (``toolkit.run.local_run``).
+    the run's log file with the rest of Ray's output (``toolkit.run.driver``).
     """
     use_gpu = engine.accelerator_type is not None
     return ds.map_batches(

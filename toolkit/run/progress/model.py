@@ -1,12 +1,12 @@
 """The one progress model: rows done of total, error rows, rows/s, ETA, elapsed time.
 
-A local run (:mod:`toolkit.run.local_run`) and a watched cluster job
-(:mod:`toolkit.cluster.job_progress`) both describe themselves with
+A run (:mod:`toolkit.run.driver`) and a watched cluster job
+(:mod:`toolkit.run.progress.watched_job`) both describe themselves with
 :class:`Progress`; the displays sit on top of it (the local bar/plain line in
 :mod:`toolkit.run.progress.display`, ``toolkit status``/``--follow`` via
 :meth:`Progress.describe`, the entrypoint's ``progress:`` log lines). Where the
 figures are read from (result files, the job's log, a finished summary) is in
-:mod:`toolkit.run.progress.sources` and :mod:`toolkit.cluster.job_progress`.
+:mod:`toolkit.run.progress.sources` and :mod:`toolkit.run.progress.watched_job`.
 
 :class:`ProgressReporter` turns row counts into :class:`Progress` on an injected
 clock, with rows/s from a :class:`RateWindow`; :func:`polling` calls a look in a

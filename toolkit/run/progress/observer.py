@@ -1,9 +1,11 @@
-"""What a caller follows of a local run while it goes: one object, not four callbacks.
+"""What a caller follows of a run while it goes: one object, not a handful of callbacks.
 
-:func:`toolkit.run.local_run.run_job` tells its :class:`RunObserver` when Ray is up,
-how far the run is, what a user must know that Ray only wrote to its log, and that
-the cluster was lost. The base class does nothing with the first three; ``toolkit run``'s terminal line
-(:class:`~toolkit.run.progress.display.ProgressDisplay`) shows all three.
+The driver (:func:`toolkit.run.driver.execute`) tells its :class:`RunObserver` when Ray
+is up, what the run does before its first row, how far it is, what a user must know
+that Ray only wrote to its log, and that the cluster was lost. The base class does
+nothing with the first four; ``toolkit run``'s terminal line
+(:class:`~toolkit.run.progress.display.ProgressDisplay`) and a submitted job's log
+(:class:`~toolkit.run.progress.job_log.JobLogWriter`) are the two observers.
 
 Example:
     >>> class Printed(RunObserver):
@@ -25,15 +27,21 @@ if TYPE_CHECKING:
 
 
 class RunObserver:
-    """Follows a local run; each method is called as the run goes and does nothing here."""
+    """Follows a run; each method is called as the run goes and does nothing here."""
 
     #: Seconds between :meth:`progress` calls; None: the run's progress is not read
     #: at all (no thread polls the output folder).
     progress_interval_s: float | None = None
+    #: Rows/s is measured over this much recent time; None: over the whole run.
+    progress_window_s: float | None = None
 
     def connected(self, connection: "RayConnection") -> None:
         """Ray is up: which cluster was joined, its Ray Dashboard URL, and warnings
         about ``data.output`` as the cluster's nodes see it."""
+
+    def phase(self, text: str) -> None:
+        """What the run does before its first row (``reading the input``, ``loading the
+        model``); the progress told carries it too."""
 
     def progress(self, progress: "Progress") -> None:
         """The run's progress, every :attr:`progress_interval_s` and once when it

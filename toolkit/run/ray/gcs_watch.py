@@ -6,7 +6,7 @@ otherwise): exit code 1, and the only trace a line in the run's log. A user sees
 progress line freeze for a minute and the command end with nothing said. So while a
 run goes, :func:`watch_gcs` knocks on the GCS port every few seconds: a silence is
 told at once, and just before Ray would end the process the run ends itself, saying
-what was lost and how to resume (:func:`toolkit.run.local_run.run_job`).
+what was lost and how to resume (:func:`toolkit.run.driver.watch_cluster`).
 
 A GCS that comes back in time (a head restarted with GCS fault tolerance) is simply
 watched on.

@@ -18,7 +18,7 @@ with its defaults inline. Built-ins are written the same way users write theirs.
 
 Python job code is loaded by path under a private module name; the run layer
 ships such modules to Ray workers by value (see
-:func:`toolkit.run.pipeline.run_pipeline`), so they need not be installed anywhere.
+:func:`toolkit.run.driver.run_pipeline`), so they need not be installed anywhere.
 """
 
 from __future__ import annotations

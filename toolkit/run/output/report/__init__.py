@@ -1,7 +1,7 @@
 """The run report: one self-contained HTML file showing what a run produced.
 
 It lives in the run layer, not above it: every finished run writes it
-(:func:`~toolkit.run.pipeline.run_pipeline` calls :func:`write_report`), and what it
+(:func:`~toolkit.run.driver.run_pipeline` calls :func:`write_report`), and what it
 reads is the run layer's own (:class:`~toolkit.run.output.run_directory.RunDirectory`,
 :class:`~toolkit.run.output.summary.RunSummary`). A folder of its own keeps its three
 concerns apart: gathering figures (:mod:`.report_data`), charts (:mod:`.charts`)

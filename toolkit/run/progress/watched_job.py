@@ -11,14 +11,15 @@ never from Ray's internals:
   run uses; for a ``sample:`` input without rows, the provider's default);
 - **the job's log**, when the run directory can't be read from here (a relative
   path on a remote cluster, a bucket without credentials): the cluster
-  entrypoint prints a progress line every :data:`LOG_INTERVAL_S` seconds
-  (:func:`report_progress`), marked as the toolkit's
-  (:mod:`toolkit.cluster.job_log` owns the format), and
-  :func:`~toolkit.cluster.job_log.parse_progress_line` reads the newest one back.
+  entrypoint prints a progress line every
+  :data:`~toolkit.run.progress.job_log.LOG_INTERVAL_S` seconds
+  (:class:`~toolkit.run.progress.job_log.JobLogWriter`, the run's observer there), marked
+  as the toolkit's (:mod:`toolkit.run.progress.job_log` owns the format), and
+  :func:`~toolkit.run.progress.job_log.parse_progress_line` reads the newest one back.
 
 ``toolkit status`` calls :func:`job_progress` once (rows/s over the time since the
 job started); ``--follow`` calls :func:`watch_job`, which shows the toolkit's own
-lines of the job's log (:class:`~toolkit.cluster.job_log.LogFilter`), samples the
+lines of the job's log (:class:`~toolkit.run.progress.job_log.LogFilter`), samples the
 progress every few seconds, computes rows/s over a sliding window of recent samples
 (from the last sample before rows came, so model loading does not drag the rate
 down), reports it, and warns (or, with ``fail_on_stall``, raises
@@ -32,49 +33,44 @@ Nothing here imports Ray; everything that waits takes a :class:`Clock`.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
-from toolkit.cluster.job_log import (  # noqa: F401 - callers import the line formats here too
+from toolkit.errors import JobStalledError
+from toolkit.run.progress.following import DEFAULT_TIMEOUT_S, REAL_CLOCK, Clock, follow
+from toolkit.run.progress.job_log import (  # noqa: F401 - callers import the line formats here too
+    LOG_INTERVAL_S,
     MARKER,
+    RATE_WINDOW_S,
     LogFilter,
     ToolkitLine,
     format_progress_line,
     format_resources_line,
     parse_progress_line,
     parse_resources_line,
+    report_progress,
 )
-from toolkit.cluster.watching import DEFAULT_TIMEOUT_S, REAL_CLOCK, Clock, follow
-from toolkit.errors import JobStalledError
+from toolkit.run.progress.job_state import JobInfo, JobStatus, WatchedJobs
 from toolkit.run.progress.model import (
     Progress,
-    ProgressReporter,
     RateWindow,
     eta_seconds,
     format_duration,
-    polling,
     rows_per_second,
 )
-from toolkit.run.progress.sources import OutputRows, WrittenRows
+from toolkit.run.progress.sources import OutputRows
 
 if TYPE_CHECKING:
     from toolkit.run.output.summary import RunSummary
 
 #: ``--stall-timeout`` default: no new row for this long is worth a warning.
 DEFAULT_STALL_TIMEOUT_S = 30 * 60.0
-#: Seconds between the entrypoint's progress lines in the job's log.
-LOG_INTERVAL_S = 30.0
 #: While following: read the progress at most this often from a bucket (listing one
 #: costs); an output on a path is read at every poll.
 SAMPLE_INTERVAL_S = 5.0
 #: While following without a terminal: one progress line this often.
 REPORT_INTERVAL_S = 60.0
-#: While following (and in the entrypoint's progress lines): rows/s is measured over
-#: this much recent time, so the ETA follows the rate of now, not of the run so far.
-RATE_WINDOW_S = 2 * 60.0
 #: While following: rows/s is shown once rows have been landing for this long. Ray
 #: Data writes files in bursts; a rate over a second or two says more about a burst
 #: than about the run.
@@ -91,40 +87,7 @@ def readable_from_here(output: str | None) -> bool:
     return "://" in output or output.startswith("/")
 
 
-# --- the job's own progress lines -----------------------------------------------------
-
-
-def report_progress(output: str, rows_total: int | None | Callable[[], int | None], *,
-                    interval_s: float = LOG_INTERVAL_S,
-                    emit: Callable[[str], None] | None = None,
-                    phase: Callable[[], str | None] | None = None,
-                    clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:
-    """Print a progress line for the run directory ``output`` at once and then every
-    ``interval_s``, from a daemon thread (the cluster entrypoint's fallback for
-    watchers that can't read the output; the first line gives them the total before
-    any row is written). Rows/s is over the last :data:`RATE_WINDOW_S`.
-
-    Args:
-        rows_total: Rows expected, or a function computing it in the thread
-            (:func:`~toolkit.run.progress.sources.expected_rows`).
-        emit: Prints a :func:`format_progress_line` (default: to stdout, marked).
-        phase: What the run does now; its lines carry it until the first row comes.
-
-    Returns:
-        ``stop()``, which ends the thread.
-    """
-    emit = emit or (lambda line: print(MARKER + line, flush=True))
-    reporter = ProgressReporter(WrittenRows(output), total=rows_total, clock=clock,
-                                window_s=RATE_WINDOW_S)
-
-    def look() -> None:
-        if phase is not None:
-            reporter.phase = phase()
-        progress = reporter.poll()
-        emit(format_progress_line(progress.rows_done or 0, progress.rows_total,
-                                  progress.rows_per_second, progress.checks, progress.phase))
-
-    return polling(look, interval_s, join_timeout_s=5.0)
+# --- what a job waits for ------------------------------------------------------------
 
 
 def waiting_for(info: JobInfo, logs: Callable[[], str]) -> str | None:
@@ -336,13 +299,13 @@ class ProgressWatcher:
         self.on_stall(message)
 
 
-def progress_reader(backend: Backend, job_id: str, output: str | None,
+def progress_reader(backend: WatchedJobs, job_id: str, output: str | None,
                     sample_rows: Mapping[str, int] | None = None,
                     logged: Callable[[], Progress | None] | None = None,
                     ) -> Callable[[], Progress | None]:
     """Reads a running job's progress: from its run directory when readable from
     here (or on a local head), else from its newest progress line in the log
-    (``logged``, e.g. a :class:`~toolkit.cluster.job_log.LogFilter`'s, saves
+    (``logged``, e.g. a :class:`~toolkit.run.progress.job_log.LogFilter`'s, saves
     fetching the log again)."""
     counter = OutputRows(output, sample_rows) if output and (
         backend.local or readable_from_here(output)) else None
@@ -404,7 +367,7 @@ class JobObserver:
         """A new chunk of the job's whole log (``reads_log = "raw"``)."""
 
     def line(self, line: ToolkitLine) -> None:
-        """One line of the log a user needs (:class:`~toolkit.cluster.job_log.LogFilter`:
+        """One line of the log a user needs (:class:`~toolkit.run.progress.job_log.LogFilter`:
         warnings, errors, the summary); for a job that FAILED without an error line of
         its own, then the end of its log (``reads_log = "lines"``)."""
 
@@ -420,7 +383,7 @@ class JobObserver:
 
 
 def watch_job(
-    backend: Backend,
+    backend: WatchedJobs,
     job_id: str,
     observer: JobObserver | None = None,
     options: WatchOptions = WatchOptions(),
@@ -428,7 +391,7 @@ def watch_job(
     read: Callable[[], Progress | None] | None = None,
     clock: Clock = REAL_CLOCK,
 ) -> JobInfo:
-    """:func:`~toolkit.cluster.watching.follow` with the toolkit's lines, progress and
+    """:func:`~toolkit.run.progress.following.follow` with the toolkit's lines, progress and
     stall detection, told to ``observer``.
 
     Args:

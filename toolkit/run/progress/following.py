@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from toolkit.cluster.backends.base import Backend, JobInfo, JobStatus
+from toolkit.run.progress.job_state import JobInfo, JobStatus, WatchedJobs
 from toolkit.errors import JobFailedError, JobStoppedError, WaitTimeoutError
 
 #: Default bound for --follow / logs --follow: long batch jobs run for hours.
@@ -86,7 +86,7 @@ def ctrl_c_noticed(clock: Clock = REAL_CLOCK) -> Iterator[Clock]:
 
 
 def follow(
-    backend: Backend,
+    backend: WatchedJobs,
     job_id: str,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -103,7 +103,7 @@ def follow(
         on_log: Called with log text not shown before; ``None`` skips fetching logs.
         on_status: Called whenever the status changes (including the first poll).
         on_poll: Called after every poll while the job has not ended (progress and
-            stall checks, see :mod:`toolkit.cluster.job_progress`); what it raises
+            stall checks, see :mod:`toolkit.run.progress.watched_job`); what it raises
             ends the wait.
         poll_interval_s: Seconds between polls (default: the backend's).
         clock: Time source and sleep.

@@ -2,8 +2,9 @@
 
 A job's driver log mixes what the toolkit says with what Ray says: Ray Data's
 11-line operator block every 10 s, worker output, library warnings. The cluster
-entrypoint prints each of its own lines with a fixed marker and a kind
-(:class:`JobLogWriter`)::
+entrypoint's run prints each of its own lines with a fixed marker and a kind
+(:class:`JobLogWriter`, the run's :class:`~toolkit.run.progress.observer.RunObserver`
+there, as the terminal line is ``toolkit run``'s)::
 
     [toolkit] phase: loading the model
     [toolkit] progress: rows_done=1200 rows_total=5000 rows_per_second=41.3
@@ -28,15 +29,28 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from toolkit.run.progress.display import LOG_SIGNS
-from toolkit.run.progress.model import Progress, eta_seconds
+from toolkit.run.progress.model import Progress, ProgressReporter, eta_seconds, polling
+from toolkit.run.progress.observer import RunObserver
+from toolkit.run.progress.sources import WrittenRows
+
+if TYPE_CHECKING:
+    from toolkit.errors import ToolkitError
+    from toolkit.run.ray.connection import RayConnection
 
 #: Starts every line the toolkit prints into a job's log.
 MARKER = "[toolkit] "
+#: Seconds between the entrypoint's progress lines in the job's log.
+LOG_INTERVAL_S = 30.0
+#: While following (and in the entrypoint's progress lines): rows/s is measured over
+#: this much recent time, so the ETA follows the rate of now, not of the run so far.
+RATE_WINDOW_S = 2 * 60.0
 
 #: What a marked line says: the phase before rows come, a progress figure, what the
 #: run waits for, a warning, an error and its hint, a line of the final summary.
@@ -114,6 +128,12 @@ def format_progress_line(rows_done: int, rows_total: int | None,
     return line
 
 
+def progress_line(progress: Progress) -> str:
+    """:func:`format_progress_line` of ``progress``."""
+    return format_progress_line(progress.rows_done or 0, progress.rows_total,
+                                progress.rows_per_second, progress.checks, progress.phase)
+
+
 def parse_progress_line(log_text: str) -> Progress | None:
     """The newest progress line in ``log_text`` (marked or not) as a :class:`Progress`,
     or None."""
@@ -153,14 +173,21 @@ def parse_resources_line(log_text: str) -> str | None:
 # --- writing: the cluster entrypoint ------------------------------------------------
 
 
-class JobLogWriter:
+class JobLogWriter(RunObserver):
     """Prints the toolkit's lines into the job's log (the entrypoint's stdout and
     stderr, which Ray records together), each marked, one write per line so lines
     from the progress thread never interleave with the main thread's.
 
+    As the run's :class:`~toolkit.run.progress.observer.RunObserver` it prints a
+    progress line every :data:`LOG_INTERVAL_S` (rows/s over :data:`RATE_WINDOW_S`), the
+    phase, and what Ray can't place (``resources:``, read back by ``toolkit status``).
+
     Attributes:
         phase_now: The newest phase told (the progress thread puts it in its lines).
     """
+
+    progress_interval_s = LOG_INTERVAL_S
+    progress_window_s = RATE_WINDOW_S
 
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self._out = out
@@ -176,15 +203,36 @@ class JobLogWriter:
             stream.write("".join(toolkit_line(kind, line) + "\n" for line in lines))
             stream.flush()
 
+    # -- as the run's observer ------------------------------------------------------------
+
+    def connected(self, connection: "RayConnection") -> None:
+        """The Ray Dashboard's URL, unmarked (a link for the job's whole log); the
+        output's place is the cluster's own here, so no warning about it."""
+        if connection.dashboard_url:
+            with self._lock:
+                stream = self._out or sys.stdout
+                stream.write(f"Ray Dashboard: {connection.dashboard_url}\n")
+                stream.flush()
+
     def phase(self, text: str) -> None:
         """What the run does before its first row (``starting``, ``reading the input``,
         ``loading the model``)."""
         self.phase_now = text
         self.write("phase", text)
 
-    def progress(self, line: str) -> None:
-        """A :func:`format_progress_line` line."""
+    def progress(self, progress: "Progress | str") -> None:
+        """A progress line: of a :class:`Progress`, or a :func:`format_progress_line`."""
+        line = progress if isinstance(progress, str) else progress_line(progress)
         self.write("progress", line.removeprefix("progress: "))
+
+    def notice(self, text: str) -> None:
+        """What Ray can't place (or placed after all), and what else the run must say."""
+        self.resources(text)
+
+    def cluster_lost(self, error: "ToolkitError") -> None:
+        self.error(error.message, error.hint)
+
+    # -- the other lines -------------------------------------------------------------------
 
     def resources(self, notice: str) -> None:
         self.write("resources", format_resources_line(notice).removeprefix("resources: "))
@@ -200,6 +248,38 @@ class JobLogWriter:
     def summary(self, text: str) -> None:
         """The run's summary (:func:`~toolkit.run.output.summary_text.format_summary`)."""
         self.write("summary", text)
+
+
+def report_progress(output: str, rows_total: int | None | Callable[[], int | None], *,
+                    interval_s: float = LOG_INTERVAL_S,
+                    emit: Callable[[str], None] | None = None,
+                    phase: Callable[[], str | None] | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:
+    """Print a progress line for the run directory ``output`` at once and then every
+    ``interval_s``, from a daemon thread (the cluster entrypoint's fallback for
+    watchers that can't read the output; the first line gives them the total before
+    any row is written). Rows/s is over the last :data:`RATE_WINDOW_S`.
+
+    Args:
+        rows_total: Rows expected, or a function computing it in the thread
+            (:func:`~toolkit.run.progress.sources.expected_rows`).
+        emit: Prints a :func:`format_progress_line` (default: to stdout, marked).
+        phase: What the run does now; its lines carry it until the first row comes.
+
+    Returns:
+        ``stop()``, which ends the thread.
+    """
+    emit = emit or (lambda line: print(MARKER + line, flush=True))
+    reporter = ProgressReporter(WrittenRows(output), total=rows_total, clock=clock,
+                                window_s=RATE_WINDOW_S)
+
+    def look() -> None:
+        if phase is not None:
+            reporter.phase = phase()
+        emit(progress_line(reporter.poll()))
+
+    return polling(look, interval_s, join_timeout_s=5.0)
+
 
 
 # --- reading: a followed job ---------------------------------------------------------
