@@ -110,6 +110,28 @@ def test_an_edited_input_is_refused_then_redone_or_kept_as_told():
     assert refreshed["size"] == csv_file.stat().st_size
 
 
+def test_an_input_edited_while_the_run_reads_it_is_named_in_its_summary():
+    """Edited mid-run, rows may answer either version: the summary says so, and the
+    manifest keeps the input the run started from, so the same command is refused."""
+    here = Path.cwd()
+    csv_file = here / "customers.csv"
+    made = toolkit("samples", "customers", "--rows", str(ROWS), "-o", str(csv_file), cwd=here)
+    assert made.returncode == 0, made.stderr
+    out = here / "out"
+
+    running = toolkit_run_command(_command(out))
+    try:
+        wait_for_rows(out, running, at_least=1)
+        _edit(csv_file, 1, "Renamed Mid-Run Ltd", add=ADDED)
+        stdout, _ = running.communicate(timeout=600)
+    finally:
+        kill_group(running)
+    assert running.returncode == 0, stdout
+    assert "WARNING: the input changed while this run read it (customers.csv: " in stdout
+    assert "--input-changed redo" in stdout
+
+    refused(toolkit(*_command(out)[1:], cwd=here), "since the finished run")
+
 
 def test_the_choice_travels_to_a_submitted_job(tmp_path):
     from toolkit.cluster.render import prepare_submission

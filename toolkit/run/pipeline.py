@@ -38,6 +38,7 @@ from toolkit.run.cascade_rows import (
 from toolkit.run.input.checks import check_id_type, check_written_columns
 from toolkit.run.input.csv_files import csv_delimiter
 from toolkit.run.input.formats import run_format
+from toolkit.run.input.identity import file_changes, input_identity
 from toolkit.run.input.reading import check_required_columns
 from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing, open_run_source
 from toolkit.run.model_stages import (
@@ -322,6 +323,15 @@ def run_planned(
                      f"run again, {rows_before:,} kept from earlier attempts.")
     elif state is RunState.PARTIAL:
         notes.append(f"Resumed: {rows_before:,} rows were already written by an earlier run.")
+    # Edited while Ray read it (a --rows run reads the copy it staged first): the
+    # manifest keeps what the run started from, so a rerun is refused until told.
+    changed = (file_changes(manifest.input, input_identity(spec.data))
+               if manifest is not None and spec.data.rows is None else [])
+    if changed:
+        notes.append(
+            f"WARNING: the input changed while this run read it ({'; '.join(changed)}), so "
+            "its rows may answer either version. Run the same command with --input-changed "
+            "redo to redo the rows that differ from the input as it is now.")
     summary = summarize_output(
         job, spec, run_dir, seconds=time.monotonic() - started,
         rows_in=rows_before + rows_this_run, rows_this_run=rows_this_run, notes=notes,

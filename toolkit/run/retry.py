@@ -334,7 +334,15 @@ def _prune(run_dir: RunDirectory, path: str, write_id: str, id_column: str,
     import pyarrow.parquet as pq
 
     table = pq.read_table(path, filesystem=run_dir.fs)
-    kept = table.filter(pc.invert(_redo_mask(table, only)))
+    _rewrite(run_dir, path, write_id, table.filter(pc.invert(_redo_mask(table, only))))
+
+
+def _rewrite(run_dir: RunDirectory, path: str, write_id: str, kept: "pa.Table") -> None:
+    """Replace the result file ``path`` with the rows ``kept`` of it: a new file first
+    (the attempt's write id, named after the old one; none when no row is kept), then
+    the old one goes."""
+    import pyarrow.parquet as pq
+
     old = posixpath.basename(path)
     new = f"{run_dir.root}/{RESULT_FILE_PREFIX}{write_id}_{old[len(RESULT_FILE_PREFIX):]}"
     run_dir.check_still_ours()
@@ -465,17 +473,13 @@ def _take_out(run_dir: RunDirectory, manifest: Manifest, id_column: str,
     keep = pa.concat_arrays(kept) if kept else pa.array([])
     _write_checkpoint(run_dir, manifest, keep, id_column)
     if run_dir.exists(SUMMARY_FILE):
+        run_dir.check_still_ours()
         run_dir.fs.delete_file(f"{run_dir.root}/{SUMMARY_FILE}")
     for path in hit:
         table = pq.read_table(path, filesystem=run_dir.fs)
-        left = table.filter(pc.invert(pc.is_in(table.column(id_column),
-                                               value_set=drop.cast(table.column(id_column).type))))
-        old = posixpath.basename(path)
-        new = f"{run_dir.root}/{RESULT_FILE_PREFIX}{write_id}_{old[len(RESULT_FILE_PREFIX):]}"
-        run_dir.check_still_ours()
-        if left.num_rows:
-            pq.write_table(left, new, filesystem=run_dir.fs)
-        run_dir.fs.delete_file(path)
+        ids = table.column(id_column)
+        _rewrite(run_dir, path, write_id,
+                 table.filter(pc.invert(pc.is_in(ids, value_set=drop.cast(ids.type)))))
 
 
 def prepare_retry(output: str, sets: Sequence[str] = (), only: Sequence[str] | None = None,
