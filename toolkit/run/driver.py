@@ -62,6 +62,7 @@ def execute(
     log_file: str | None = None,
     started: float | None = None,
     check_tokens: bool = False,
+    fit_check: bool = True,
 ) -> RunSummary:
     """Run a checked plan on Ray; its written-output summary. The plan is released
     (its folder's writer lock let go) when this returns or raises.
@@ -78,6 +79,9 @@ def execute(
         started: When the run began (``time.monotonic()``), for its duration.
         check_tokens: Count every row's prompt tokens once Ray is up, and refuse the
             run if a row is longer than ``max_model_len``.
+        fit_check: Refuse a run the cluster can never hold before it starts
+            (:func:`~toolkit.run.ray.cluster_fit.check_cluster_fits`); off, only the
+            running stages' wait for resources (``compute.resource_wait_s``) stops it.
 
     Raises:
         ToolkitError: the toolkit's own, raised here or on a worker (an engine that
@@ -99,7 +103,8 @@ def execute(
                                                           lambda: rows_kept(plan)):
             return done or _run_on_ray(plan, observer or RunObserver(), address=address,
                                        dashboard=dashboard, log_file=log_file,
-                                       started=started, check_tokens=check_tokens)
+                                       started=started, check_tokens=check_tokens,
+                                       fit_check=fit_check)
     except KeyboardInterrupt:
         raise RunInterruptedError(stopped_message(plan)) from None
     finally:
@@ -145,8 +150,10 @@ def run_pipeline(
     started = time.monotonic()
     plan = preflight(job, spec, overwrite=overwrite, samples=samples, command="a submitted run",
                      input_changed=input_changed)
+    # The library's run, as before the one driver: on a Ray its caller joined, whose
+    # growth it can't tell, only the running stages' wait for resources stops it.
     return execute(plan, _Told(on_notice, on_phase), log_file=log_file, started=started,
-                   check_tokens=check_tokens)
+                   check_tokens=check_tokens, fit_check=False)
 
 
 class _Told(RunObserver):
@@ -232,6 +239,7 @@ def _run_on_ray(
     log_file: str | None,
     started: float,
     check_tokens: bool,
+    fit_check: bool,
 ) -> RunSummary:
     """:func:`execute` once its folder is held: Ray, then the pipeline."""
     run_dir, job = plan.run_dir, plan.job
@@ -270,8 +278,8 @@ def _run_on_ray(
                     plan = plan.with_engines(dict(fitted.model_stages))
                     for notice in notices:
                         observer.notice(notice)
-                # A Ray started here never grows, whatever its monitor has reported yet.
-                check_cluster_fits(plan.spec, cluster_state(fixed=connection.started_here))
+                if fit_check:  # a Ray started here never grows, whatever its monitor says
+                    check_cluster_fits(plan.spec, cluster_state(fixed=connection.started_here))
                 with ray_data_quiet(log_file is not None):
                     summary = run_planned(plan, log_file=log_file, on_notice=observer.notice,
                                           on_phase=on_phase, started=started,
