@@ -57,16 +57,21 @@ def _companies(out: Path) -> dict[str, str]:
     return dict(zip(ids, table.column("Company").to_pylist()))
 
 
+def _customers() -> tuple[Path, Path, Path]:
+    """The test's own folder (not the checkout), a customers CSV there, and the output."""
+    here = Path.cwd()
+    csv_file = here / "customers.csv"
+    made = toolkit("samples", "customers", "--rows", str(ROWS), "-o", str(csv_file), cwd=here)
+    assert made.returncode == 0, made.stderr
+    return here, csv_file, here / "out"
+
+
 def _files(out: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name.startswith("part-")}
 
 
 def test_an_edited_input_is_refused_then_redone_or_kept_as_told():
-    here = Path.cwd()  # the test's own folder, not the checkout
-    csv_file = here / "customers.csv"
-    made = toolkit("samples", "customers", "--rows", str(ROWS), "-o", str(csv_file), cwd=here)
-    assert made.returncode == 0, made.stderr
-    out = here / "out"
+    here, csv_file, out = _customers()
 
     killed = toolkit_run_command(_command(out))
     try:
@@ -113,11 +118,7 @@ def test_an_edited_input_is_refused_then_redone_or_kept_as_told():
 def test_an_input_edited_while_the_run_reads_it_is_named_in_its_summary():
     """Edited mid-run, rows may answer either version: the summary says so, and the
     manifest keeps the input the run started from, so the same command is refused."""
-    here = Path.cwd()
-    csv_file = here / "customers.csv"
-    made = toolkit("samples", "customers", "--rows", str(ROWS), "-o", str(csv_file), cwd=here)
-    assert made.returncode == 0, made.stderr
-    out = here / "out"
+    here, csv_file, out = _customers()
 
     running = toolkit_run_command(_command(out))
     try:

@@ -60,6 +60,7 @@ from toolkit.run.input.identity import (
 from toolkit.run.output.fingerprint import changed_fields, results_fingerprint
 from toolkit.run.output.run_directory import (
     CHECKPOINT_DIR,
+    PENDING_CHECKPOINT_SUFFIX,
     RESULT_FILE_PREFIX,
     SUMMARY_FILE,
     Manifest,
@@ -230,21 +231,16 @@ def _clean_interrupted_writes(run_dir: RunDirectory, manifest: Manifest) -> None
     it resumes (``_clean_pending_checkpoints_task`` in ``ray/data/checkpoint``): such a
     file has a ``<name prefix>.pending.parquet`` checkpoint that was never committed,
     and its rows are not in the checkpoint, so they are redone."""
-    import pyarrow.fs
-
-    suffix = ".pending.parquet"
-    selector = pyarrow.fs.FileSelector(f"{run_dir.root}/{CHECKPOINT_DIR}", allow_not_found=True)
-    pending = [info.path for info in run_dir.fs.get_file_info(selector)
-               if info.type == pyarrow.fs.FileType.File and info.path.endswith(suffix)]
-    prefixes = tuple(posixpath.basename(path)[:-len(suffix)] for path in pending)
+    prefixes = tuple(run_dir.uncommitted_pieces())
     if not prefixes:
         return
     run_dir.check_still_ours()
     for path in run_dir.result_files(manifest):
         if posixpath.basename(path).startswith(prefixes):
             run_dir.fs.delete_file(path)
-    for path in pending:
-        run_dir.fs.delete_file(path)
+    for prefix in prefixes:
+        run_dir.fs.delete_file(
+            f"{run_dir.root}/{CHECKPOINT_DIR}/{prefix}{PENDING_CHECKPOINT_SUFFIX}")
 
 
 def _redo_mask(table: "pa.Table", only: Sequence[str] | None) -> "pa.ChunkedArray":
