@@ -36,7 +36,10 @@ def root_cause(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")
+# A traceback's last line: a built-in error (``ValueError: ...``) or a qualified class
+# of any name (``pyarrow.lib.ArrowInvalid: ...``), never prose such as ``Hint: ...``.
+_ERROR_LINE = re.compile(r"^([A-Za-z_]\w*(Error|Exception|Exit|Interrupt)"
+                         r"|([a-z_]\w*\.)+[A-Z]\w*): ")
 _RAY_WRAPPERS = ("ray.exceptions.", "RayTaskError", "RayActorError", "ActorDiedError",
                  "SystemException", "UserCodeException")
 

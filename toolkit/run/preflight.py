@@ -19,7 +19,7 @@ from toolkit.engines import preflight_engine
 from toolkit.engines.model_source import check_model_source
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError
-from toolkit.run.input.checks import check_input, check_written_columns
+from toolkit.run.input.checks import check_input, check_output_holds, check_written_columns
 from toolkit.run.input.file_access import HF_PREFIX
 from toolkit.run.input.formats import run_format
 from toolkit.run.input.identity import InputChanged
@@ -78,6 +78,7 @@ def preflight(
     if clashes:
         raise SpecError(f"Job {job.name}: two model stages write the same result column: "
                         f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
+    check_output_holds(spec.data, {c: a for stage in stages for c, a in stage.results.items()})
     custom_check_file(spec, job)  # the user's own check is a function of the project
     # Before the output folder is touched: a refused input leaves nothing behind, and a
     # typo'd --input is named as one, not as another run's folder.

@@ -21,7 +21,7 @@ the run reads, so bad input is refused in a second and leaves nothing behind.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -336,6 +336,29 @@ def result_column_sources(job: JobDefinition[Any], spec: JobSpec) -> dict[str, s
             where = f"job {job.name}'s result column"
         sources.setdefault(column, where)
     return sources
+
+
+def check_output_holds(data: DataConfig, results: Mapping[str, str]) -> None:
+    """Refuse a CSV output for a run whose results are lists (embeddings, a tabular
+    model's probabilities): CSV holds no lists, so every block's write would fail.
+
+    Args:
+        results: Each result column the stages write -> its Arrow type alias.
+
+    Raises:
+        SpecError: ``data.output_format`` is csv and a result column is a list.
+    """
+    if data.output_format != "csv":
+        return
+    lists = [(column, alias) for column, alias in results.items() if alias.startswith("list<")]
+    if lists:
+        column, alias = lists[0]
+        raise SpecError(
+            f"data.output_format: csv can't hold the result column {column!r} ({alias}: "
+            "a list for each row), so no row could be written. Nothing was run.",
+            hint="Write parquet (the default) or json, which hold lists: --set "
+            "data.output_format=json.",
+        )
 
 
 def pipeline_columns(job: JobDefinition[Any], spec: JobSpec) -> dict[str, str]:
