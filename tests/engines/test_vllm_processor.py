@@ -39,6 +39,19 @@ def test_text_industry_builds_the_seed_processor(local_ray, tiny_chat_model):
         "TokenizeStage", "vLLMEngineStage", "DetokenizeStage"]
 
 
+def test_vllm_engine_metrics_are_exported_unless_switched_off(local_ray, tiny_chat_model):
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model)})
+    stage = build_vllm_processor(spec.engine).get_stage_by_name("vLLMEngineStage")
+    assert stage.fn_constructor_kwargs["log_engine_metrics"] is True
+    quiet = load_job_spec(job, overrides={"engine.model": str(tiny_chat_model),
+                                          "engine.engine_metrics": False})
+    stage = build_vllm_processor(quiet.engine).get_stage_by_name("vLLMEngineStage")
+    assert stage.fn_constructor_kwargs["log_engine_metrics"] is False
+    # On by default: a spec that doesn't say keeps the fingerprint it had.
+    assert "engine_metrics" not in spec.engine.model_dump()
+
+
 def test_rows_ask_vllm_for_one_of_the_choices():
     job = load_job("text-industry")
     spec = load_job_spec(job)

@@ -116,6 +116,7 @@ def vllm_engine_settings(
         "accelerator_type": engine.accelerator_type,
         "placement_group_config": {"bundle_per_worker": bundle},
         "should_continue_on_error": True,
+        "log_engine_metrics": engine.engine_metrics,
     }
     if engine.max_concurrent_batches is not None:
         settings["max_concurrent_batches"] = engine.max_concurrent_batches

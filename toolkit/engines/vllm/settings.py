@@ -58,6 +58,17 @@ class VllmSettings(EngineSettings):
             "On GPUs unset leaves it to gpu_memory_utilization."
         ),
     )
+    # Left out of dumps while on (Ray Data LLM's default), so specs keep their hash.
+    engine_metrics: bool = Field(
+        True,
+        exclude_if=lambda value: value is True,
+        description=(
+            "Export vLLM's engine metrics (time to first token, time per output token, "
+            "KV-cache use, prefix-cache hits, running and waiting requests) to Ray's "
+            "metrics, where the Ray Dashboard's Metrics view, Prometheus and Anyscale's "
+            "Grafana show them (Ray Data LLM's log_engine_metrics); false turns them off."
+        ),
+    )
     max_restarts: int | None = max_restarts_field("vLLM engine")
     chat_template_kwargs: dict[str, Any] = chat_template_kwargs_field()
     apply_chat_template: bool = apply_chat_template_field()
