@@ -32,6 +32,7 @@ from toolkit.cli.spec_options import (
     load_spec_from_flags,
     pop_spec_flags,
     spec_options,
+    spot_option,
 )
 from toolkit.errors import WaitTimeoutError
 
@@ -238,6 +239,7 @@ def _follow_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command("render")
 @spec_options
+@spot_option
 @click.option("-o", "job_yaml", type=click.Path(path_type=Path, dir_okay=False),
               metavar="FILE", help="Write the job.yaml here (default: print it).")
 @click.option("--overwrite", is_flag=True,
@@ -283,6 +285,7 @@ def render_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smok
 
 @click.command("submit")
 @spec_options
+@spot_option
 @backend_options
 @click.option("--follow", is_flag=True,
               help="Stream the job's logs until it ends; exit 0 if it SUCCEEDED, 4 FAILED, "

@@ -14,7 +14,12 @@ from typing import Any
 
 import click
 
-from toolkit.cli.spec_options import load_spec_from_flags, pop_spec_flags, spec_options
+from toolkit.cli.spec_options import (
+    load_spec_from_flags,
+    pop_spec_flags,
+    spec_options,
+    spot_option,
+)
 
 
 def sample_rows() -> dict[str, int]:
@@ -35,8 +40,24 @@ def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
     return {"customers": customers}
 
 
+def _deadline(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    from toolkit.cluster.estimate.markets import parse_duration
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command("plan")
 @spec_options
+@spot_option
+@click.option("--deadline", metavar="DURATION", callback=_deadline,
+              help="Finish within this long (6h, 90m, 1h30m): the fewest workers that do, "
+                   "on demand and on spot, and what each costs (spot with the work redone "
+                   "after interruptions).")
 @click.option("--from-run", "from_run", metavar="DIR",
               help="Output directory of a finished pilot run of this job: its measured rows/s "
                    "per worker replaces the throughput table.")
@@ -58,12 +79,14 @@ def _sample_inputs() -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
                                       "output directory here).")
 def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke: bool,
                  from_run: str | None, price_per_hour: float | None, count_tokens: bool,
-                 labels: str | None, output_format: str, **kwargs: Any) -> None:
+                 labels: str | None, output_format: str, deadline: float | None,
+                 **kwargs: Any) -> None:
     """Estimate JOB's wall time, GPU-hours and cost before running it.
 
     Every figure says where it came from: the spec, a measurement (the model's
     tokenizer over sample rows, every row with --tokens, a pilot run), an
-    estimate, a table or a flag.
+    estimate, a table or a flag. --spot (or compute.market_type) and --deadline
+    price the worker nodes on demand and on spot side by side.
 
     \b
     Examples:
@@ -72,6 +95,7 @@ def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
       toolkit plan text-industry --rows 1M --from-run s3://b/pilot --price-per-hour 0.80
       toolkit plan text-industry --input customers.csv --rows 100k --tokens
       toolkit plan text-industry --from-run out/pilot --calibrate labels.csv
+      toolkit plan text-industry --rows 1M --accelerator L4 --spot --deadline 6h
     """
     from toolkit.cluster.estimate.job_estimate import estimate_job
 
@@ -87,7 +111,7 @@ def plan_command(job: str, spec_file: Path | None, sets: tuple[str, ...], smoke:
         tokens = count_prompt_tokens_on_ray(job_def, spec, samples=SAMPLES)
     estimate = estimate_job(job_def, spec, from_run=from_run, price_per_hour=price_per_hour,
                             sample_rows=sample_rows(), sample_inputs=_sample_inputs(),
-                            tokens=tokens)
+                            tokens=tokens, deadline_s=deadline)
     calibration = None
     if labels and from_run:
         from toolkit.cluster.calibration import calibrate

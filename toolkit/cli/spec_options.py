@@ -28,6 +28,7 @@ SPEC_FLAGS: dict[str, str] = {
     "served_model_names": "options.served_model_names",
     "cascade_model": "cascade.model",
     "escalate_below": "cascade.escalate_below",
+    "spot": "compute.market_type",
 }
 
 
@@ -44,6 +45,14 @@ input_changed_option = click.option(
          "rerun is refused, naming what changed): keep = leave every written row as it is "
          "and run the ids not written yet; redo = also redo the rows whose columns the job "
          "reads changed, and take out rows whose ids left the input.")
+
+
+#: ``--spot`` of render, submit and plan: the commands that read ``compute``.
+spot_option = click.option(
+    "--spot", "spot", flag_value="SPOT", default=None,
+    help="Spot workers (compute.market_type SPOT; the head stays on demand): cheaper, but "
+         "a node can be taken back and its rows in flight are redone. PREFER_SPOT (on "
+         "demand when there is no spot): --set compute.market_type=PREFER_SPOT.")
 
 
 def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -38,7 +38,7 @@ import yaml
 from toolkit.cluster.backends.base import SubmitRequest, check_no_secrets
 from toolkit.cluster.compute_table import worker_instance_type
 from toolkit.cluster.data_placement import local_input, place_for_remote, place_for_this_machine
-from toolkit.cluster.staging import PY_MODULES_DIR, stage_job, stage_toolkit
+from toolkit.cluster.staging import PY_MODULES_DIR, shadowing_toolkit, stage_job, stage_toolkit
 from toolkit.cluster.upload import (
     IGNORE_FILES,
     check_upload,
@@ -168,14 +168,30 @@ def anyscale_compute_config(spec: JobSpec) -> dict[str, Any]:
             f"({compute.max_workers}).",
             hint="Lower min_workers or raise max_workers.",
         )
+    # The head runs the driver, whose loss ends the job: it stays on demand (anyscale's
+    # HeadNodeConfig has no market). Workers name theirs only when it isn't the default,
+    # so a job.yaml rendered before market_type existed renders the same.
+    market = {} if compute.market_type == "ON_DEMAND" else {"market_type": compute.market_type}
     return {
         "head_node": {"instance_type": compute.head_instance_type},
         "worker_nodes": [
             {"instance_type": instance_type, "min_nodes": compute.min_workers,
-             "max_nodes": compute.max_workers}
+             "max_nodes": compute.max_workers, **market}
             for instance_type in worker_instance_types(spec)
         ],
     }
+
+
+def market_type_notice(spec: JobSpec, target: str) -> str | None:
+    """What a submit to a Ray cluster says of ``compute.market_type``, which it can't send:
+    the Ray Jobs API runs a job on the nodes the cluster has, and whether those are spot
+    is the cluster's own configuration (its autoscaler's node types, KubeRay's groups)."""
+    market = spec.compute.market_type
+    if target != "ray" or market == "ON_DEMAND":
+        return None
+    return (f"compute.market_type {market} is for Anyscale's worker groups; a Ray cluster "
+            "runs the job on the nodes it has (spot or not is set where the cluster is "
+            "configured), so it is not sent.")
 
 
 def worker_instance_types(spec: JobSpec) -> list[str]:
@@ -299,7 +315,8 @@ def prepare_submission(
         raise SpecError(f"--working-dir: {working_dir} is not a directory.")
     working_dir = working_dir.resolve()
     warnings: list[str] = []
-    left_out = [*DEFAULT_EXCLUDES, *excludes]
+    shadowing = shadowing_toolkit(working_dir)
+    left_out = [*DEFAULT_EXCLUDES, *shadowing, *excludes]
     if target == "anyscale":  # its packer reads .gitignore, not .rayignore
         left_out += rayignore_lines(working_dir)
     ignore_files = IGNORE_FILES if target == "ray" else (".gitignore",)
@@ -352,7 +369,14 @@ def prepare_submission(
         output=spec.data.output,
         fingerprint=results_fingerprint(spec),
     )
-    return Submission(request=request, spec=spec, warnings=warnings, notes=placement.notes)
+    notice = market_type_notice(spec, target)
+    notes = placement.notes + ([notice] if notice else [])
+    if shadowing:
+        notes.append(f"Leaving {' and '.join(p.strip('/') for p in shadowing)} out of the "
+                     f"upload: on the cluster it would be imported instead of the toolkit "
+                     f"staged in {PY_MODULES_DIR.as_posix()}/ (the working dir comes first on "
+                     "the import path).")
+    return Submission(request=request, spec=spec, warnings=warnings, notes=notes)
 
 
 def anyscale_job_config(

@@ -166,6 +166,28 @@ def stage_toolkit(working_dir: Path) -> Path:
     return relative
 
 
+def shadowing_toolkit(working_dir: Path) -> list[str]:
+    """Upload excludes for a ``toolkit`` package or module at the top of ``working_dir``
+    (the toolkit's own checkout, or a user's folder of that name); empty when none.
+
+    On the cluster the working dir comes first on the import path (the job's current
+    directory for ``python -m``, and first on ``PYTHONPATH`` for Ray's workers), so a
+    ``toolkit`` there is imported instead of the staged copy: a checkout older or newer
+    than the installed toolkit fails with ``No module named 'toolkit.…'``. Leaving it
+    out of the upload lets the staged copy, the one this submit checked, win. A folder
+    named ``toolkit`` without ``__init__.py`` hides nothing (a namespace portion gives
+    way to a package later on the path) and travels.
+    """
+    name = package_dir().name
+    root = Path(working_dir)
+    found = []
+    if (root / name / "__init__.py").is_file():
+        found.append(f"/{name}/")
+    if (root / f"{name}.py").is_file():
+        found.append(f"/{name}.py")
+    return found
+
+
 def _same_files(directory: Path, files: dict[str, bytes]) -> bool:
     present = {
         p.relative_to(directory).as_posix() for p in directory.rglob("*")

@@ -7,11 +7,14 @@ summary on ``submit``, its JSON); :class:`StageEstimate` one model stage's share
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.cluster.cascade_price import CascadeComparison
 from toolkit.run.progress.model import format_duration
 from toolkit.run.prompt_tokens import PromptTokens
+
+if TYPE_CHECKING:  # markets.py builds on this module's figures
+    from toolkit.cluster.estimate.markets import MarketComparison
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,8 @@ class CostEstimate(WorkerFigures):
     accelerator_costs: list[AcceleratorCost] = field(default_factory=list)
     #: A cascade against its big model alone, from a cascade pilot (``--from-run``).
     cascade_comparison: CascadeComparison | None = None
+    #: On demand beside spot, with a deadline's workers (``--spot``, ``--deadline``).
+    markets: MarketComparison | None = None
 
     _FIGURES = ("rows", "input_tokens_per_row", "output_tokens_per_row", "workers",
                 "gpus_per_worker", "instance_type", "instances", "rows_per_second_per_worker",
@@ -180,6 +185,8 @@ class CostEstimate(WorkerFigures):
             payload["accelerator_costs"] = [cost.as_json() for cost in self.accelerator_costs]
         if self.cascade_comparison is not None:
             payload["cascade_comparison"] = self.cascade_comparison.as_json()
+        if self.markets is not None:
+            payload["markets"] = self.markets.as_json()
         payload["notes"] = list(self.notes)
         return payload
 
@@ -206,10 +213,10 @@ class CostEstimate(WorkerFigures):
         if self.multi_stage:
             lines = [f"Plan for {self.job}: {_count(self.rows.value)} rows through "
                      f"{len(self.stages)} model stages ({', '.join(s.path for s in self.stages)})"]
-            lines += _figure_lines(tokens)
+            lines += figure_lines(tokens)
             for stage in self.stages:
                 lines += stage.text_lines()
-            lines += _figure_lines([
+            lines += figure_lines([
                 ("workers", f"{self.workers.value} ({self._gpus()} GPUs)"
                  if self._gpus() else f"{self.workers.value} on CPU", self.workers),
                 ("instances", self._instances_text(), self.instances),
@@ -217,12 +224,14 @@ class CostEstimate(WorkerFigures):
         else:
             lines = [f"Plan for {self.job}: {_count(self.rows.value)} rows, {self.engine} with "
                      f"{self.model}"]
-            lines += _figure_lines([*tokens, *self.worker_rows("engine workers"), head,
+            lines += figure_lines([*tokens, *self.worker_rows("engine workers"), head,
                                     *totals])
         if self.prompt_tokens is not None:
             lines += self._tokens_lines(self.prompt_tokens)
         if self.cascade_comparison is not None:
             lines.append(self.cascade_comparison.text())
+        if self.markets is not None:
+            lines += self.markets.text_lines()
         lines += [f"Note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -264,7 +273,7 @@ class CostEstimate(WorkerFigures):
                      "were up" if found.streaming_rows_per_second else "")
         lines = [f"Every row's prompt, counted: {found.rows:,} rows of {found.input} in "
                  f"{found.seconds:,.1f} s ({found.rows_per_second:,.0f} rows/s{streaming})"]
-        lines += _figure_lines(rows, gap=True)
+        lines += figure_lines(rows, gap=True)
         if self.accelerator_costs:
             lines.append("Cost on each priced accelerator, from the counted tokens "
                          f"({self.accelerator_costs[0].detail}):")
@@ -319,7 +328,7 @@ def _where(figure: Figure) -> str:
     return f"{figure.source}: {figure.detail}" if figure.detail else figure.source
 
 
-def _figure_lines(rows: list[tuple[str, str, Figure]], gap: bool = False) -> list[str]:
+def figure_lines(rows: list[tuple[str, str, Figure]], gap: bool = False) -> list[str]:
     """``  label:  shown  source: detail`` lines; ``gap`` keeps two spaces after a long value."""
     return [f"  {label + ':':19} {shown + ' ' if gap and len(shown) >= 22 else shown:22} "
             f"{_where(figure)}" for label, shown, figure in rows]

@@ -18,6 +18,7 @@ from toolkit.cluster.estimate.figures import (
     joined_sources,
     unknown,
 )
+from toolkit.cluster.estimate.markets import compare_markets
 from toolkit.cluster.estimate.pilot import pilot_notes, pilot_rate, read_pilot
 from toolkit.cluster.estimate.workload import (
     SampleRows,
@@ -48,6 +49,8 @@ def estimate_job(
     use_tokenizer: bool = True,
     count_rows: bool = True,
     tokens: PromptTokens | None = None,
+    markets: bool = False,
+    deadline_s: float | None = None,
 ) -> CostEstimate:
     """Estimate rows, tokens, workers, throughput, wall time, GPU-hours and cost.
 
@@ -71,6 +74,9 @@ def estimate_job(
         tokens: Every row's prompt tokens, counted
             (:func:`~toolkit.run.prompt_tokens.count_prompt_tokens`): they replace the
             rows and tokens per row, and price the job on each accelerator.
+        markets: Price spot beside on demand (:mod:`toolkit.cluster.estimate.markets`);
+            also when ``compute.market_type`` isn't ON_DEMAND or with ``deadline_s``.
+        deadline_s: The fewest workers that finish by then, on each market.
 
     Raises:
         SpecError: ``from_run`` holds no summary.
@@ -161,6 +167,10 @@ def estimate_job(
         wall_detail = f"rows / throughput, at {stage.workers.value} worker(s)"
         gpu_detail = "wall time x workers x GPUs per worker"
         cost_detail = "wall time x (worker instances x price + head node)"
+    compared = None
+    if markets or deadline_s is not None or spec.compute.market_type != "ON_DEMAND":
+        compared = compare_markets(spec, stages, rows, head_figure, deadline_s, price_per_hour)
+        notes += compared.notes
     return CostEstimate(
         job=job.name, model=spec.engine.model, engine=spec.engine.kind,
         rows=rows, input_tokens_per_row=input_tokens, output_tokens_per_row=output_tokens,
@@ -183,6 +193,7 @@ def estimate_job(
         if tokens is not None else [],
         cascade_comparison=compare_cascade(spec, pilot, rows.value if rows.known else None)
         if pilot is not None else None,
+        markets=compared,
     )
 
 
@@ -305,7 +316,7 @@ def _workers_and_instances(spec: JobSpec, path: str, settings: EngineSettings, p
     detail = f"{path}.concurrency"
     if price is None:
         return Figure(workers, "spec", detail), unknown("instance type not in the price table")
-    per_instance = (price.gpus // gpus) if gpus else int(price.vcpus // settings.num_cpus)
+    per_instance = price.workers_per_instance(gpus, settings.num_cpus)
     if per_instance < 1:
         notes.append(f"One {path} worker needs {gpus} GPUs; the instance holds {price.gpus}."
                      if path != MAIN_STAGE else
