@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from toolkit.engines.registry import engine_kind
+from toolkit.engines.registry import capabilities
 from toolkit.error_causes import root_cause
 from toolkit.errors import SpecError, debug_enabled, toolkit_cause
 from toolkit.run.progress.job_log import JobLogWriter
@@ -41,9 +41,7 @@ def missing_packages(*engine_kinds: str) -> list[str]:
     get from another image than the head node's: vLLM's)."""
     wanted = dict(RUNTIME_PACKAGES)
     for name in engine_kinds:
-        kind = engine_kind(name)
-        if kind.checked_on_head:
-            wanted.update(kind.packages)
+        wanted.update(capabilities(name).packages_on_head)
     return [pip for module, pip in wanted.items() if importlib.util.find_spec(module) is None]
 
 

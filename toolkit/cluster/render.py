@@ -46,7 +46,7 @@ from toolkit.cluster.upload import (
     rayignore_lines,
     upload_size_warning,
 )
-from toolkit.engines.registry import engine_kind
+from toolkit.engines.registry import capabilities
 from toolkit.errors import SpecError
 from toolkit.redaction import redact
 from toolkit.run.output.fingerprint import results_fingerprint
@@ -149,7 +149,7 @@ def job_requirements(spec: JobSpec, image_uri: str | None) -> list[str]:
                    in RUNTIME_REQUIREMENTS] or list(RUNTIME_REQUIREMENTS)
     if image_uri is not None and not is_ray_llm_image(image_uri):
         for _, engine in spec.model_stages:  # each kind's extra of this package
-            extra = engine_kind(engine).install_extra
+            extra = capabilities(engine).install_extra
             if extra is not None:
                 wanted += _package_requirements(extra)
     if spec.data.input.startswith("hf://"):

@@ -2,16 +2,20 @@
 
 An engine kind (``engine.kind``: vllm, transformers, http, sklearn, python) is one
 package, ``toolkit/engines/<kind>/``, whose ``kind.py`` declares an
-:class:`EngineKind` named ``KIND``: the tasks it runs, its typed settings (a subclass
-of :class:`~toolkit.spec.engine_settings.EngineSettings`), the packages it needs, and
-how it is preflighted and applied to a dataset. Everything else asks this registry:
-spec validation, the CLI's ``--engine`` choices, local checks, render, plan and the
-cluster entrypoint. Nothing outside ``toolkit/engines/`` compares a kind to a literal.
-(The pattern is Ray Data LLM's ``ProcessorBuilder.register``.)
+:class:`~toolkit.engines.engine_kind.EngineKind` named ``KIND``: the tasks it runs, its
+typed settings (a subclass of :class:`~toolkit.spec.engine_settings.EngineSettings`),
+how it is applied to a dataset, and its capabilities (the packages it needs, how it is
+preflighted, ...). Everything else asks this registry: the CLI's ``--engine`` choices,
+local checks, render, plan and the cluster entrypoint; spec validation asks it as the
+spec layer's :class:`~toolkit.spec.engine_catalog.EngineCatalog`
+(:data:`ENGINE_CATALOG`, which importing the ``toolkit`` package hands the spec layer).
+Nothing outside ``toolkit/engines/`` compares a kind to a literal. (The pattern is Ray
+Data LLM's ``ProcessorBuilder.register``.)
 
 Another package adds a kind without touching the toolkit: an entry point in the
-``toolkit.engines`` group naming its :class:`EngineKind` (or a module whose import
-calls :func:`register_engine`)::
+``toolkit.engines`` group naming its kind (an
+:class:`~toolkit.engines.engine_kind.EnginePlugin`), or a module whose import calls
+:func:`register_engine`::
 
     [project.entry-points."toolkit.engines"]
     echo = "toolkit_echo:KIND"
@@ -29,12 +33,20 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from importlib.metadata import entry_points
-from typing import Any
 
+from toolkit.engines.engine_kind import (
+    EngineCapabilities,
+    EngineKind,
+    EnginePlugin,
+    as_engine_kind,
+)
 from toolkit.spec.engine_settings import EngineSettings
+
+__all__ = ["ENGINE_CATALOG", "EngineCapabilities", "EngineKind", "EnginePlugin",
+           "broken_plugins", "capabilities", "engine_kind", "engine_kinds",
+           "register_engine", "unregister_engine"]
 
 #: The entry-point group through which installed packages add engine kinds.
 ENTRY_POINT_GROUP = "toolkit.engines"
@@ -44,63 +56,6 @@ BUILTIN_KIND_MODULES = tuple(f"toolkit.engines.{name}.kind" for name in (
     "vllm", "transformers", "http", "sklearn", "python"))
 
 
-@dataclass(frozen=True)
-class EngineKind:
-    """One engine kind, as its package declares it.
-
-    Attributes:
-        name: ``engine.kind``.
-        settings: Its settings model (a subclass of :class:`EngineSettings`).
-        tasks: The ``engine.task`` values it runs.
-        summary: One line for ``--engine``'s help.
-        apply: ``(ds, settings, stage) -> ds``: adds the model stage to a Ray
-            dataset (``stage`` is a :class:`toolkit.engines.StageInputs`).
-        packages: Import name -> pip name of what its workers import.
-        checked_on_head: Whether the cluster entrypoint checks ``packages`` on the
-            head node (vLLM's are on GPU workers, which may run another image).
-        install_extra: This package's extra that installs it on a cluster image
-            that lacks it (``pip install 'batch-llm-toolkit[EXTRA]'``).
-        missing_hint: What to do when ``packages`` are missing on this machine.
-        loads_checkpoint: ``engine.model`` is a model checkpoint (a Hugging Face id,
-            a folder or a ``sample:`` model), checked before the run starts.
-        imports_transformers: Loading the model imports transformers (and so
-            torchvision where it is installed).
-        preflight: ``settings -> None``, run on the driver before any row is read
-            (raises a ToolkitError, e.g. an unreachable server).
-        planned_from_table: ``toolkit plan``'s throughput table covers it (on GPUs).
-        ray_llm_prompt: Its chat prompts are built as Ray Data LLM's chat-template and
-            tokenize stages build them: a final assistant message is continued (no
-            generation prompt), and the templated text is encoded with the
-            tokenizer's special tokens (a tokenizer that adds BOS adds it again). Off:
-            the transformers engine's way (a generation prompt always, no special
-            tokens added). ``toolkit plan --tokens`` counts prompts the same way.
-        fuses_row_steps: Its stage is one ``map_batches`` that a CPU step placed right
-            before it (the job's preprocess) may join, when it holds no GPU
-            (:func:`toolkit.engines.row_step_resources`).
-        batch_step: Its stage is a function of an Arrow batch on Ray tasks, given as
-            ``(settings, StageInputs) -> (function, fn_kwargs)``: the pipeline runs a
-            stage's preprocess, this function and its postprocess as one
-            (:func:`toolkit.engines.engine_batch_step`).
-    """
-
-    name: str
-    settings: type[EngineSettings]
-    tasks: tuple[str, ...]
-    summary: str
-    apply: Callable[..., Any]
-    packages: Mapping[str, str] = field(default_factory=dict)
-    checked_on_head: bool = True
-    install_extra: str | None = None
-    missing_hint: str = ""
-    loads_checkpoint: bool = True
-    imports_transformers: bool = False
-    preflight: Callable[[Any], None] | None = None
-    planned_from_table: bool = False
-    ray_llm_prompt: bool = False
-    fuses_row_steps: bool = False
-    batch_step: Callable[[Any, Any], tuple[Callable[..., Any], dict[str, Any]]] | None = None
-
-
 _KINDS: dict[str, EngineKind] = {}
 #: What each installed plugin that failed to load raised, by entry point.
 _BROKEN: dict[str, str] = {}
@@ -108,11 +63,11 @@ _loaded = False
 _loading = False
 
 
-def register_engine(kind: EngineKind) -> EngineKind:
-    """Add ``kind`` (a later registration of the same name replaces it, so a kind
-    registered by hand wins over a built-in or installed one of its name)."""
+def register_engine(plugin: EnginePlugin) -> EngineKind:
+    """Add ``plugin``'s kind (a later registration of the same name replaces it, so a
+    kind registered by hand wins over a built-in or installed one of its name)."""
     _load()
-    _KINDS[kind.name] = kind
+    kind = _KINDS[plugin.name] = as_engine_kind(plugin)
     return kind
 
 
@@ -132,6 +87,11 @@ def engine_kind(settings: EngineSettings | str) -> EngineKind:
     """The kind of an engine section (or of a kind name)."""
     name = settings if isinstance(settings, str) else settings.kind
     return engine_kinds()[name]
+
+
+def capabilities(settings: EngineSettings | str) -> EngineCapabilities:
+    """What the pipeline may ask of the kind of an engine section (or of a kind name)."""
+    return engine_kind(settings).capabilities
 
 
 def broken_plugins() -> dict[str, str]:
@@ -156,7 +116,7 @@ def _load() -> None:
             except Exception as error:  # noqa: BLE001 - a broken plugin is named, not fatal
                 _BROKEN[f"{point.name} = {point.value}"] = f"{type(error).__name__}: {error}"
                 continue
-            if isinstance(loaded, EngineKind):
+            if isinstance(loaded, EnginePlugin):
                 _add(loaded)
             elif not isinstance(loaded, type(importlib)):  # a module registers itself
                 _BROKEN[f"{point.name} = {point.value}"] = (
@@ -167,5 +127,20 @@ def _load() -> None:
         _loading = False
 
 
-def _add(kind: EngineKind) -> None:
-    _KINDS.setdefault(kind.name, kind)
+def _add(plugin: EnginePlugin) -> None:
+    _KINDS.setdefault(plugin.name, as_engine_kind(plugin))
+
+
+class _Catalog:
+    """This registry as the spec layer's
+    :class:`~toolkit.spec.engine_catalog.EngineCatalog`."""
+
+    def kinds(self) -> Mapping[str, EngineKind]:
+        return engine_kinds()
+
+    def broken_plugins(self) -> Mapping[str, str]:
+        return broken_plugins()
+
+
+#: The registry as the spec layer asks it (``toolkit/__init__.py`` hands it over).
+ENGINE_CATALOG = _Catalog()

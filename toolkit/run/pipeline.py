@@ -19,11 +19,9 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit.engines import (
-    BatchStep,
-    StageInputs,
+from toolkit.engines import BatchStep, StageInputs, batch_step_resources
+from toolkit.engines.kind_dispatch import (
     apply_engine,
-    batch_step_resources,
     engine_batch_step,
     row_step_resources,
     runs_as_batch_step,
@@ -190,7 +188,7 @@ def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") 
 
 def stage_in_one_step(plan: RunPlan) -> bool:
     """The last model stage runs as one function: its preprocess, its engine's
-    (:func:`~toolkit.engines.engine_batch_step`) and its postprocess, on each batch;
+    (:func:`~toolkit.engines.kind_dispatch.engine_batch_step`) and its postprocess, on each batch;
     the results' write then joins it in the same tasks (:func:`write_resources`).
     Not in a cascade, whose big model sees only the rows the small one passed on."""
     return (runs_as_batch_step(plan.stages[-1].engine)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.engines import preflight_engine
+from toolkit.engines.kind_dispatch import preflight_engine
 from toolkit.engines.model_source import check_model_source
 from toolkit.engines.registry import engine_kind
 from toolkit.errors import SpecError

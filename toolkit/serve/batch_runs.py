@@ -96,7 +96,7 @@ def run_command(input_file: Path, run_dir: Path, flags: RunFlags,
         split += ["--set", f"options.endpoint={endpoint}"]
     # As OpenAI's Batch API, a batch runs every line: failed lines go to its error
     # file instead of stopping it early.
-    return [sys.executable, "-m", "toolkit.cli.main", "run", "openai-batch",
+    return [sys.executable, "-m", "toolkit", "run", "openai-batch",
             "--input", str(input_file), "--output", str(run_dir), *split, *flags.arguments(),
             "--set", "stop_loss.failure_rate=null"]
 

@@ -2,33 +2,30 @@
 
 A section validates as the settings model of its ``kind``, a subclass of
 :class:`EngineSettings` that the kind's package declares
-(``toolkit/engines/<kind>/kind.py``); a key another kind takes is refused naming that
-kind. Which kinds exist is the engines' registry (:mod:`toolkit.engines.registry`):
-this module reads it through :func:`engine_kinds`, which imports the registry by name
-the first time, as a plugin loader does, so the spec layer never imports an engine's
-code and a spec never names code to run (a kind is a registered name, never a path).
+(``toolkit/engines/<kind>/settings.py``); a key another kind takes is refused naming that
+kind. Which kinds exist is the catalog the engines hand this layer
+(:mod:`toolkit.spec.engine_catalog`), so the spec layer never imports an engine's code
+and a spec never names code to run (a kind is a registered name, never a path).
 
 Example:
     >>> settings = validate_engine({"kind": "http", "model": "m", "batch_size": 8,
     ...                             "base_url": "http://127.0.0.1:8000/v1"})  # doctest: +SKIP
-    >>> type(settings).__name__, engine_kind(settings).install_extra  # doctest: +SKIP
+    >>> type(settings).__name__, settings.kind  # doctest: +SKIP
     ('HttpSettings', 'http')
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_serializer, field_validator, model_validator
 
+from toolkit.spec.engine_catalog import CatalogedKind, engine_catalog
 from toolkit.spec.strict_model import StrictModel
 
 #: ``engine.task`` unless a section says: chat generation.
 DEFAULT_TASK = "generate"
-#: The engines' registry, imported by name (it is a higher layer than the spec).
-REGISTRY_MODULE = "toolkit.engines.registry"
 
 
 class EngineSettings(StrictModel):
@@ -145,7 +142,7 @@ class EngineSettings(StrictModel):
     def _a_registered_kind(cls, value: str) -> str:
         kinds = engine_kinds()
         if value not in kinds:
-            broken = importlib.import_module(REGISTRY_MODULE).broken_plugins()
+            broken = engine_catalog().broken_plugins()
             raise ValueError(
                 f"{value!r} is not an engine kind; use one of {', '.join(kinds)}" + "".join(
                     f" (the installed engine plugin {point} failed to load: {why})"
@@ -331,15 +328,14 @@ def restarts(max_restarts: int | None) -> int:
     return DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
 
 
-def engine_kinds() -> dict[str, Any]:
-    """Every registered kind by name, as :class:`toolkit.engines.registry.EngineKind`:
-    :func:`toolkit.engines.registry.engine_kinds`, which the layers above the spec
-    import directly. (Typed ``Any`` here: the spec layer never imports the engines.)"""
-    return importlib.import_module(REGISTRY_MODULE).engine_kinds()
+def engine_kinds() -> Mapping[str, CatalogedKind]:
+    """Every kind a spec may name, by name: the engines' catalog's (the layers above
+    the spec ask :func:`toolkit.engines.registry.engine_kinds` for all a kind says)."""
+    return engine_catalog().kinds()
 
 
-def engine_kind(settings: "EngineSettings | str") -> Any:
-    """The kind of an engine section (or of a kind name)."""
+def engine_kind(settings: "EngineSettings | str") -> CatalogedKind:
+    """The kind of an engine section (or of a kind name), as the spec layer sees it."""
     name = settings if isinstance(settings, str) else settings.kind
     return engine_kinds()[name]
 
@@ -356,7 +352,7 @@ def other_kinds_settings(section: Mapping[str, Any]) -> list[str]:
     return [] if kind is None else list(_other_kinds_keys(section, kind))
 
 
-def _other_kinds_keys(data: Mapping[str, Any], kind: Any) -> dict[str, list[str]]:
+def _other_kinds_keys(data: Mapping[str, Any], kind: CatalogedKind) -> dict[str, list[str]]:
     """Keys of ``data`` that ``kind`` doesn't take but another kind does, with those kinds."""
     foreign: dict[str, list[str]] = {}
     for key in data:

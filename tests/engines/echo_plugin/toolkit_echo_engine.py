@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from toolkit.engines.registry import EngineKind
+from toolkit.engines.engine_kind import EngineCapabilities, EngineKind
 from toolkit.spec.engine_settings import EngineSettings
 
 
@@ -23,6 +23,12 @@ def apply_echo(ds, settings, stage):
     return ds.map_batches(echo, batch_format="pandas", batch_size=settings.batch_size)
 
 
-KIND = EngineKind(name="echo", settings=EchoSettings, tasks=("generate",),
-                  summary="echo (answers every row the same)", apply=apply_echo,
-                  loads_checkpoint=False)
+KIND = EngineKind(
+    name="echo",
+    settings=EchoSettings,
+    tasks=("generate",),
+    summary="echo (answers every row the same)",
+    apply=apply_echo,
+    # engine.answer is no model to look for before the run: the one capability to set.
+    capabilities=EngineCapabilities(loads_checkpoint=False),
+)

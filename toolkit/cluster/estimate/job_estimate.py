@@ -29,7 +29,7 @@ from toolkit.cluster.estimate.workload import (
 )
 from toolkit.cluster.price_table import PRICES_AS_OF, instance_price
 from toolkit.cluster.throughput_table import TOKENS_PER_SECOND_PER_GPU, size_class, tokens_per_second_per_gpu
-from toolkit.engines.registry import engine_kind
+from toolkit.engines.registry import capabilities
 from toolkit.errors import SpecError
 from toolkit.run.prompt_tokens import PromptTokens, chat_stage
 from toolkit.spec.engine_settings import EngineSettings
@@ -365,7 +365,7 @@ def _table_rate(settings: EngineSettings, input_tokens: Figure, output_tokens: F
                         f"{settings.task}; run a pilot (e.g. --rows 2000) and pass its "
                         "output with --from-run")
     gpus = settings.gpus_per_worker
-    if not engine_kind(settings).planned_from_table or not gpus:
+    if not capabilities(settings).planned_from_table or not gpus:
         return unknown("the throughput table covers vLLM on GPUs only; run a pilot "
                         "(e.g. --rows 2000) and pass its output with --from-run")
     found = tokens_per_second_per_gpu(settings.model, settings.accelerator_type)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from toolkit.engines.engine_kind import EngineCapabilities, EngineKind
 from toolkit.engines.http.settings import HttpSettings
-from toolkit.engines.registry import EngineKind
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -34,9 +34,11 @@ KIND = EngineKind(
     tasks=("generate",),
     summary="http (an OpenAI-compatible server at engine.base_url)",
     apply=apply_http,
-    # Ray Data LLM's HTTP stage sends with aiohttp.
-    packages={"aiohttp": "aiohttp"},
-    install_extra="http",
-    missing_hint="Install the toolkit's http extra: pip install 'batch-llm-toolkit[http]'.",
-    preflight=check_server,
+    capabilities=EngineCapabilities(
+        # Ray Data LLM's HTTP stage sends with aiohttp.
+        packages={"aiohttp": "aiohttp"},
+        install_extra="http",
+        missing_hint="Install the toolkit's http extra: pip install 'batch-llm-toolkit[http]'.",
+        preflight=check_server,
+    ),
 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from toolkit.engines.engine_kind import EngineCapabilities, EngineKind
 from toolkit.engines.python.settings import PythonSettings
-from toolkit.engines.registry import EngineKind
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -26,6 +26,8 @@ KIND = EngineKind(
     tasks=("custom",),
     summary="python (your own class, engine.model file.py:Class)",
     apply=apply_python,
-    loads_checkpoint=False,  # a class of the user's, checked when the job loads
-    fuses_row_steps=True,
+    capabilities=EngineCapabilities(
+        loads_checkpoint=False,  # a class of the user's, checked when the job loads
+        fuses_row_steps=True,
+    ),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toolkit.engines.registry import EngineKind
+from toolkit.engines.engine_kind import EngineCapabilities, EngineKind
 from toolkit.engines.sklearn.settings import SklearnSettings
 
 if TYPE_CHECKING:
@@ -31,10 +31,12 @@ KIND = EngineKind(
     tasks=("tabular",),
     summary="sklearn (a model file, for engine.task tabular)",
     apply=apply_sklearn,
-    packages={"sklearn": "scikit-learn", "joblib": "joblib"},
-    install_extra="local",
-    missing_hint="Install the toolkit's local extra: pip install 'batch-llm-toolkit[local]'.",
-    loads_checkpoint=False,  # a joblib file, checked as it loads
-    fuses_row_steps=True,
-    batch_step=sklearn_step,
+    capabilities=EngineCapabilities(
+        packages={"sklearn": "scikit-learn", "joblib": "joblib"},
+        install_extra="local",
+        missing_hint="Install the toolkit's local extra: pip install 'batch-llm-toolkit[local]'.",
+        loads_checkpoint=False,  # a joblib file, checked as it loads
+        fuses_row_steps=True,
+        batch_step=sklearn_step,
+    ),
 )

