@@ -7,14 +7,21 @@ summary on ``submit``, its JSON); :class:`StageEstimate` one model stage's share
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from toolkit.cluster.cascade_price import CascadeComparison
 from toolkit.run.progress.model import format_duration
 from toolkit.run.prompt_tokens import PromptTokens
 
-if TYPE_CHECKING:  # markets.py builds on this module's figures
-    from toolkit.cluster.estimate.markets import MarketComparison
+class MarketFigures(Protocol):
+    """What an estimate prints of its markets (:mod:`~toolkit.cluster.estimate.markets`
+    builds them on this module's figures, so this module only names what it reads)."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The markets in ``plan --format json``."""
+
+    def text_lines(self) -> list[str]:
+        """The ``Markets:`` block of the plan's text."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,7 @@ class CostEstimate(WorkerFigures):
     #: A cascade against its big model alone, from a cascade pilot (``--from-run``).
     cascade_comparison: CascadeComparison | None = None
     #: On demand beside spot, with a deadline's workers (``--spot``, ``--deadline``).
-    markets: MarketComparison | None = None
+    markets: MarketFigures | None = None
 
     _FIGURES = ("rows", "input_tokens_per_row", "output_tokens_per_row", "workers",
                 "gpus_per_worker", "instance_type", "instances", "rows_per_second_per_worker",
