@@ -1,7 +1,7 @@
 """Model stages: each engine kind (one package, ``toolkit/engines/<kind>/``) applies
 its own to a dataset. Which one runs is configuration (``engine.kind``), not code: the
-pipeline asks the registry (:mod:`toolkit.engines.registry`) and calls
-:func:`apply_engine`. Beside the kinds live what several share: the actor-pool model
+run's plan holds each stage's kind, from the registry (:mod:`toolkit.engines.registry`),
+and calls its ``apply``. Beside the kinds live what several share: the actor-pool model
 stage (:mod:`~toolkit.engines.batch_stage`), where a model comes from
 (:mod:`~toolkit.engines.model_source`), image decoding and the torch checks."""
 
@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 from toolkit.engines.registry import engine_kind
 
 if TYPE_CHECKING:
-    from ray.data import Dataset
-
+    from toolkit.engines.model_source import ModelLocation
     from toolkit.spec.engine_settings import EngineSettings
-    from toolkit.spec.sample_sources import SampleProvider
 
 
 @dataclass(frozen=True)
@@ -26,19 +24,15 @@ class StageInputs:
 
     Attributes:
         multimodal: A generate stage whose messages carry images.
-        samples: Resolves a ``sample:`` model (smoke runs); it travels to the engine
-            actors, which build the tiny model where they run.
+        model: Where the stage's model loads from, as preflight found it (None:
+            ``engine.model`` as it is). A ``sample:`` model travels to the engine's
+            workers as such and is built where they run.
         options: The job's options (a user's predictor class reads its columns there).
     """
 
     multimodal: bool = False
-    samples: "SampleProvider | None" = None
+    model: "ModelLocation | None" = None
     options: Any = None
-
-
-def apply_engine(ds: "Dataset", engine: "EngineSettings", stage: StageInputs) -> "Dataset":
-    """Add the model stage of ``engine`` (its kind's, for its task) to ``ds``."""
-    return engine_kind(engine).apply(ds, engine, stage)
 
 
 #: A function of an Arrow batch, and the keyword arguments it is called with.
