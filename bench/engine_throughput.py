@@ -81,7 +81,7 @@ def main() -> None:
     import torch
     from transformers import pipeline
 
-    from toolkit.engines.model_source import resolve_model_source
+    from toolkit.engines.model_source import ModelLocation
     from toolkit.samples.provider import SAMPLES
 
     torch.set_num_threads(args.threads)
@@ -94,7 +94,7 @@ def main() -> None:
     warmup = [stage.preprocess({"Company": f"Warm-up {i}"}, options)["messages"] for i in range(8)]
     constrained = engine_sampling_params(spec.sampling, stage.structured_output(options))
 
-    path = resolve_model_source(args.model, SAMPLES)
+    path = ModelLocation(args.model, SAMPLES).path()
     generator = pipeline("text-generation", model=path, device="cpu")
     generator.tokenizer.padding_side = "left"
     if generator.tokenizer.pad_token_id is None:

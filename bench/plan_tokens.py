@@ -61,8 +61,7 @@ def cpu_per_row(csv: Path, rows: int, model: str | None) -> float:
     """CPU seconds per row of one counting worker, in this process (no Ray)."""
     import pyarrow.csv as pacsv
 
-    from toolkit.engines.model_source import resolve_model_source
-    from toolkit.engines.registry import engine_kind
+    from toolkit.engines.model_source import ModelLocation
     from toolkit.run.row_steps import engine_sampling_params
     from toolkit.run.prompt_tokens import _CountBatch, chat_stage
     from toolkit.samples.provider import SAMPLES
@@ -72,8 +71,8 @@ def cpu_per_row(csv: Path, rows: int, model: str | None) -> float:
     job = load_job("text-industry")
     spec = load_job_spec(job, smoke=True, overrides={"engine.model": model} if model else None)
     stage, options = chat_stage(job, spec), job.options_of(spec)
-    worker = _CountBatch(resolve_model_source(stage.settings.model, SAMPLES),
-                         engine_kind(stage.settings).ray_llm_prompt, {},
+    worker = _CountBatch(ModelLocation(stage.settings.model, SAMPLES).path(),
+                         stage.planned.kind.ray_llm_prompt, {},
                          stage.definition.preprocess, options, {},
                          engine_sampling_params(spec.sampling,
                                                 stage.definition.structured_output(options)),

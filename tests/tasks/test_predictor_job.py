@@ -119,7 +119,7 @@ def finished_both_ways(reviews: list[str | None], as_text: bool = False):
     """A block through the job's batch hooks and through its row hooks: the output
     rows of each, as the pipeline writes them."""
     from toolkit.engines.python.predictor_stage import PredictorStage
-    from toolkit.run.model_stages import prepare_batch, prepare_table
+    from toolkit.run.row_steps import prepare_batch, prepare_table
     from toolkit.run.row_steps import finish_batch, output_schema
     from toolkit.run.task_rows import prepare_task_row
     from toolkit.spec.jobs import predictor_job as job

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from toolkit.engines.batch_stage import through_numpy
 from toolkit.engines.sklearn.tabular_stage import predict_rows, predict_tabular
-from toolkit.run.model_stages import prepare_batch, prepare_table
+from toolkit.run.row_steps import prepare_batch, prepare_table
 from toolkit.run.row_steps import finish_batch, output_schema
 from toolkit.run.task_rows import prepare_task_row
 from toolkit.spec.jobs.catalog import load_job

@@ -14,7 +14,7 @@ import pytest
 
 from toolkit.engines.batch_stage import through_numpy
 from toolkit.engines.transformers.text_stages import TextClassifier, TextEncoder
-from toolkit.run.model_stages import prepare_batch, prepare_table
+from toolkit.run.row_steps import prepare_batch, prepare_table
 from toolkit.run.row_steps import finish_batch, output_schema
 from toolkit.run.task_rows import prepare_task_row
 from toolkit.samples.tiny_task_models import tiny_task_model_path

@@ -1,9 +1,9 @@
 """Model stages: each engine kind (one package, ``toolkit/engines/<kind>/``) applies
 its own to a dataset. Which one runs is configuration (``engine.kind``), not code: the
-pipeline asks the registry (:mod:`toolkit.engines.registry`) through
-:mod:`toolkit.engines.kind_dispatch` (its ``apply_engine``).
-Beside the kinds live what several share: the actor-pool model stage
-(:mod:`~toolkit.engines.batch_stage`), where a model comes from
+run's plan holds each stage's kind, from the registry (:mod:`toolkit.engines.registry`),
+and calls its ``apply``; what the pipeline asks of a kind's capabilities is in
+:mod:`toolkit.engines.kind_dispatch`. Beside the kinds live what several share: the
+actor-pool model stage (:mod:`~toolkit.engines.batch_stage`), where a model comes from
 (:mod:`~toolkit.engines.model_source`), image decoding and the torch checks.
 
 This module holds only what a kind's stage is handed and gives back (it imports no
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from toolkit.engines.model_source import ModelLocation
     from toolkit.spec.engine_settings import EngineSettings
-    from toolkit.spec.sample_sources import SampleProvider
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,14 @@ class StageInputs:
 
     Attributes:
         multimodal: A generate stage whose messages carry images.
-        samples: Resolves a ``sample:`` model (smoke runs); it travels to the engine
-            actors, which build the tiny model where they run.
+        model: Where the stage's model loads from, as preflight found it (None:
+            ``engine.model`` as it is). A ``sample:`` model travels to the engine's
+            workers as such and is built where they run.
         options: The job's options (a user's predictor class reads its columns there).
     """
 
     multimodal: bool = False
-    samples: "SampleProvider | None" = None
+    model: "ModelLocation | None" = None
     options: Any = None
 
 

@@ -1,5 +1,5 @@
-"""What the pipeline asks an engine section's kind, as named functions: its model
-stage (:func:`apply_engine`), whether that stage is one function of a batch
+"""What the pipeline asks an engine section's kind, as named functions (its model
+stage is the planned stage's ``kind.apply``): whether that stage is one function of a batch
 (:func:`runs_as_batch_step`, :func:`engine_batch_step`), the resources that let Ray Data
 fuse the step before it into it (:func:`row_step_resources`), and its check on the
 driver (:func:`preflight_engine`). Each reads the kind's
@@ -11,17 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from toolkit.engines import BatchStep, StageInputs
-from toolkit.engines.registry import capabilities, engine_kind
+from toolkit.engines.registry import capabilities
 
 if TYPE_CHECKING:
-    from ray.data import Dataset
-
     from toolkit.spec.engine_settings import EngineSettings
-
-
-def apply_engine(ds: "Dataset", engine: "EngineSettings", stage: StageInputs) -> "Dataset":
-    """Add the model stage of ``engine`` (its kind's, for its task) to ``ds``."""
-    return engine_kind(engine).apply(ds, engine, stage)
 
 
 def runs_as_batch_step(engine: "EngineSettings") -> bool:

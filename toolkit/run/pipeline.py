@@ -8,9 +8,10 @@ results go to files as they are produced, so memory stays flat as rows grow. Eve
 row read is written exactly once, with its result or with an ``error``; the run
 ends with a summary computed from what was actually written.
 
-Here the dataset is built (:func:`build_dataset`) and run (:func:`run_planned`); the
-functions its tasks call on the workers are :mod:`toolkit.run.row_steps`', and the
-driver that joins Ray and calls :func:`run_planned` is :mod:`toolkit.run.driver`.
+Here the dataset is built (:func:`build_dataset`: the input, then the plan's stage
+chain, :mod:`toolkit.run.stage_steps`) and run (:func:`run_planned`); the functions its
+tasks call on the workers are :mod:`toolkit.run.row_steps`', and the driver that joins
+Ray and calls :func:`run_planned` is :mod:`toolkit.run.driver`.
 """
 
 from __future__ import annotations
@@ -19,31 +20,13 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit.engines import BatchStep, StageInputs, batch_step_resources
-from toolkit.engines.kind_dispatch import (
-    apply_engine,
-    engine_batch_step,
-    row_step_resources,
-    runs_as_batch_step,
-)
 from toolkit.redaction import redact
-from toolkit.run.cascade_rows import (
-    cascade_columns,
-    first_answers_fields,
-    mark_reached,
-    transit_fields,
-)
 from toolkit.run.input.checks import check_id_type, check_written_columns
 from toolkit.run.input.csv_files import csv_delimiter
 from toolkit.run.input.formats import run_format
 from toolkit.run.input.identity import file_changes, input_identity
 from toolkit.run.input.reading import check_required_columns
 from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing, open_run_source
-from toolkit.run.model_stages import (
-    between_stages_schema,
-    prepare_table,
-    stage_rows_step,
-)
 from toolkit.run.output.report import write_report
 from toolkit.run.output.run_directory import RunDirectory, RunState
 from toolkit.run.output.summary import (
@@ -54,24 +37,13 @@ from toolkit.run.output.summary import (
 )
 from toolkit.run.progress.sources import WrittenRows
 from toolkit.run.ray.cluster_fit import watching_resources
-from toolkit.run.row_checks import row_checks
-from toolkit.run.row_steps import (
-    engine_sampling_params,
-    finish_batch,
-    finish_escalated_rows,
-    finish_first_answers,
-    output_schema,
-    pa_schema_with,
-    prepare_row,
-    preprocess_model_postprocess,
-    ship_job_code_by_value,
-)
+from toolkit.run.row_steps import ship_job_code_by_value
 from toolkit.run.run_plan import RunPlan
 from toolkit.run.run_stop import StopOutcome, stopping_when
+from toolkit.run.stage_steps import apply_steps, plan_steps, write_resources
 from toolkit.run.stop_loss import STOP_LOSS_INTERVAL_S, StopLossWatch
-from toolkit.run.task_rows import prepare_task_row
 from toolkit.spec.models import JobSpec
-from toolkit.spec.row_contract import ERROR_COLUMN, MESSAGES_COLUMN, PROMPT_COLUMN
+from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,112 +70,7 @@ def build_dataset(plan: RunPlan) -> tuple["Dataset", RunSource]:
 
     source = open_run_source(plan.spec, plan.run_dir, check_schema=check, samples=plan.samples,
                              counted_rows=plan.input_rows)
-    return apply_model_stages(plan, source.dataset, seen["schema"]), source
-
-
-def apply_model_stages(plan: RunPlan, ds: "Dataset", input_schema: "pa.Schema") -> "Dataset":
-    """Every model stage of the plan, in order (a multi-stage job's earlier stages, then
-    its main one): prepare the rows for the stage's task -> the stage's engine, on its
-    own section of the spec (workers, batch size, CPUs, accelerator) -> its
-    postprocess. After an earlier stage the rows keep the input's columns and the
-    results so far (see :mod:`toolkit.run.model_stages`); after the last, the output's.
-    """
-    options, spec = plan.options, plan.spec
-    dropped = plan.dropped_columns
-    results: dict[str, str] = {}
-    small = next((s for s in plan.stages if s.cascade is not None), None)
-    last_in_one_step = stage_in_one_step(plan)
-    for index, planned in enumerate(plan.stages):
-        stage, contract = planned.definition, planned.contract
-        last = index == len(plan.stages) - 1
-        one_step = last and last_in_one_step
-        inputs = StageInputs(multimodal=stage.multimodal, samples=plan.samples, options=options)
-        if contract.chat:
-            kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
-                spec.sampling, planned.structured_output),
-                "input_column": MESSAGES_COLUMN if getattr(
-                    planned.engine, "apply_chat_template", True) else PROMPT_COLUMN}
-            prepare: Callable[..., dict[str, Any]] = prepare_row
-        else:  # the task's own input columns instead
-            kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row
-        if stage.preprocess_batch is not None and not contract.chat and index == 0:
-            prepared: BatchStep = (prepare_table, {
-                "preprocess_batch": stage.preprocess_batch, "options": options,
-                "input_columns": contract.inputs,
-            })
-        else:
-            prepared = stage_rows_step(prepare, {
-                "preprocess": stage.preprocess, "options": options, **kwargs,
-            }, after_earlier_stage=index > 0)
-        if not one_step:
-            fused = row_step_resources(planned.engine)
-            ds = ds.map_batches(prepared[0], fn_kwargs=prepared[1], batch_size=None,
-                                batch_format="pyarrow", zero_copy_batch=True, **fused)
-            if planned is small:
-                ds = ds.map_batches(mark_reached, batch_size=None, batch_format="pyarrow",
-                                    zero_copy_batch=True, **fused)
-            ds = apply_engine(ds, planned.engine, inputs)
-        results.update(planned.results)
-        checked = (last or planned is small) and contract.chat
-        finish = {
-            "postprocess": stage.postprocess,
-            "options": options,
-            "schema": output_schema(input_schema, results, dropped, checked) if last
-            else between_stages_schema(input_schema, results),
-            "result_columns": list(planned.results),
-            "engine_output": contract.main_output,
-            "strict_id_column": plan.data.id_column if spec.strict else None,
-            "checks": row_checks(spec, plan.job) if checked else None,
-            "postprocess_batch": stage.postprocess_batch,
-        }
-        if planned is small:
-            schema = output_schema(input_schema, results, checked=checked)
-            ds = ds.map_batches(finish_first_answers, fn_kwargs={
-                **finish, "strict_id_column": None,
-                "schema": pa_schema_with(schema, first_answers_fields()),
-                "routing": {"results": dict(planned.results),
-                            "escalate_below": planned.cascade.escalate_below},
-            }, batch_format="pyarrow")
-        elif last and small is not None:
-            written = output_schema(input_schema, {**results, **cascade_columns(planned.results)},
-                                    dropped, checked)
-            ds = ds.map_batches(finish_escalated_rows, fn_kwargs={
-                **finish, "strict_id_column": None,
-                "schema": pa_schema_with(written, transit_fields()),
-                "settling": {"results": dict(planned.results), "schema": written,
-                             "small_model": small.engine.model,
-                             "big_model": planned.engine.model},
-                "strict_after": finish["strict_id_column"],
-            }, batch_format="pyarrow")
-        elif one_step:
-            engine = planned.engine
-            ds = ds.map_batches(preprocess_model_postprocess, fn_kwargs={"steps": [
-                prepared, engine_batch_step(engine, inputs), (finish_batch, finish),
-            ]}, batch_size=engine.batch_size, batch_format="pyarrow",
-                **batch_step_resources(engine))
-        else:
-            ds = ds.map_batches(finish_batch, fn_kwargs=finish, batch_format="pyarrow")
-    return ds
-
-
-def stage_in_one_step(plan: RunPlan) -> bool:
-    """The last model stage runs as one function: its preprocess, its engine's
-    (:func:`~toolkit.engines.kind_dispatch.engine_batch_step`) and its postprocess, on each batch;
-    the results' write then joins it in the same tasks (:func:`write_resources`).
-    Not in a cascade, whose big model sees only the rows the small one passed on."""
-    return (runs_as_batch_step(plan.stages[-1].engine)
-            and not any(s.cascade is not None for s in plan.stages))
-
-
-def write_resources(plan: RunPlan) -> dict[str, Any]:
-    """The write's ``ray_remote_args`` and ``concurrency``: the last stage's, where it
-    runs as one function (:func:`stage_in_one_step`), so that Ray Data fuses the write
-    into that stage's tasks; else Ray's own (a write task of 1 CPU per piece)."""
-    if not stage_in_one_step(plan):
-        return {}
-    resources = batch_step_resources(plan.stages[-1].engine)
-    return {"ray_remote_args": {"num_cpus": resources["num_cpus"]},
-            "concurrency": resources["concurrency"]}
+    return apply_steps(source.dataset, plan_steps(plan, seen["schema"])), source
 
 
 def completed_summary(plan: RunPlan, log_file: str | None) -> RunSummary | None:
@@ -261,10 +128,10 @@ def run_planned(
     rows_before = run_dir.checkpointed_rows() if state is RunState.PARTIAL else 0
     phase = on_phase or (lambda _: None)
     if check_tokens:  # before any model stage is built: no engine starts for a refused run
-        from toolkit.run.prompt_tokens import check_prompt_tokens, count_prompt_tokens
+        from toolkit.run.prompt_tokens import CountedRun, check_prompt_tokens, count_prompt_tokens
 
         phase("counting prompt tokens")
-        check_prompt_tokens(count_prompt_tokens(job, spec, plan.samples))
+        check_prompt_tokens(count_prompt_tokens(CountedRun.of_plan(plan)))
     ship_job_code_by_value(job)
     # Datasets copy Ray Data's context when they are created, so checkpointing is
     # switched on before the pipeline is built, not just before it runs.
@@ -369,7 +236,7 @@ def write_results(ds: "Dataset", run_dir: RunDirectory, file_format: str, write_
 
     Args:
         resources: The write's ``ray_remote_args`` and ``concurrency``
-            (:func:`write_resources`).
+            (:func:`~toolkit.run.stage_steps.write_resources`).
     """
     writer = {"parquet": ds.write_parquet, "csv": ds.write_csv, "json": ds.write_json}[file_format]
     writer(run_dir.ray_location, filename_provider=run_dir.filenames(write_id, file_format),

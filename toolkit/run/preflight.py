@@ -12,18 +12,18 @@ whoever called :func:`preflight` ends the run with its
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from toolkit.engines.kind_dispatch import preflight_engine
-from toolkit.engines.model_source import check_model_source
-from toolkit.engines.registry import engine_kind
+from toolkit.engines.model_source import ModelLocation
 from toolkit.errors import SpecError
 from toolkit.run.input.checks import check_input, check_output_holds, check_written_columns
 from toolkit.run.input.file_access import HF_PREFIX
 from toolkit.run.input.formats import run_format
 from toolkit.run.input.identity import InputChanged
-from toolkit.run.model_stages import clashing_result_columns
+from toolkit.run.stage_steps import clashing_result_columns
 from toolkit.run.output.run_directory import LOCK_FILE, RunDirectory, RunState
 from toolkit.run.output.write_failure import output_write_error
 from toolkit.run.output.writer_lock import WriterLock
@@ -83,7 +83,11 @@ def preflight(
     # Before the output folder is touched: a refused input leaves nothing behind, and a
     # typo'd --input is named as one, not as another run's folder.
     input_rows = check_input(job, spec)
-    check_engines(stages, samples)
+    # Each stage's model as its engine will load it: a sample model is built by the
+    # provider on the node whose engine asks for it.
+    stages = tuple(dataclasses.replace(stage, model=ModelLocation(stage.engine.model, samples))
+                   for stage in stages)
+    check_engines(stages)
     run_dir = RunDirectory(spec.data.output)
     resumable = not spec.data.input.startswith(HF_PREFIX)
     if not run_dir.exists(LOCK_FILE):  # held: the lock names who (the files may be mid-write)
@@ -113,9 +117,9 @@ def preflight(
                    samples=samples)
 
 
-def check_engines(stages: Sequence[PlannedStage], samples: SampleProvider | None) -> None:
+def check_engines(stages: Sequence[PlannedStage]) -> None:
     """Each stage's model can exist, and its engine's server (if any) answers."""
     for stage in stages:
-        if engine_kind(stage.engine).loads_checkpoint:  # a file or class is checked as it loads
-            check_model_source(stage.engine.model, samples)
+        if stage.kind.loads_checkpoint:  # a file or class is checked as it loads
+            stage.model.check()
         preflight_engine(stage.engine)  # e.g. an http engine's server

@@ -7,32 +7,30 @@ as the pipeline does, and counts its prompt with the model's tokenizer the way t
 stage's engine will (:mod:`toolkit.engines.token_counter`): the figures are the
 ``num_input_tokens`` a run writes, found on CPUs, with no model weights and no GPU.
 
-The stage counted is the job's chat stage (the last ``generate`` stage); what
-earlier stages would add to a row is stood in for by placeholders, so for a
-multi-stage job the counts are exact only where the prompt doesn't use them.
+The stage counted is the job's chat stage (the last ``generate`` stage of the stages
+a run plans, :func:`~toolkit.run.run_plan.plan_stages`); what earlier stages would
+add to a row is stood in for by placeholders, so for a multi-stage job the counts are
+exact only where the prompt doesn't use them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolkit.engines.model_source import resolve_model_source
-from toolkit.engines.registry import engine_kind
+from toolkit.engines.model_source import ModelLocation
 from toolkit.engines.token_counter import model_max_len
 from toolkit.errors import InputDataError, SpecError
+from toolkit.run.run_plan import PlannedStage, RunPlan, plan_stages
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import MAIN_STAGE, JobSpec
-from toolkit.spec.row_contract import (
-    MAX_TOKENS_COLUMN,
-    MESSAGES_COLUMN,
-    PROMPT_COLUMN,
-    TASK_CONTRACTS,
-)
+from toolkit.spec.models import JobSpec
+from toolkit.spec.row_contract import MAX_TOKENS_COLUMN, MESSAGES_COLUMN, PROMPT_COLUMN
 from toolkit.spec.sample_sources import SampleProvider, require_sample
 from toolkit.spec.stages import StageDefinition
 
@@ -58,22 +56,58 @@ class ChatStage:
     """The model stage whose tokens are counted: the last chat (generate) stage, or
     the main one when no stage is chat; with the stages that run before it."""
 
-    path: str
-    definition: StageDefinition[Any]
-    settings: EngineSettings
+    planned: PlannedStage
     earlier: tuple[StageDefinition[Any], ...] = ()
+
+    @property
+    def path(self) -> str:
+        return self.planned.field
+
+    @property
+    def definition(self) -> StageDefinition[Any]:
+        return self.planned.definition
+
+    @property
+    def settings(self) -> EngineSettings:
+        return self.planned.engine
+
+
+def last_chat_stage(stages: Sequence[PlannedStage]) -> ChatStage:
+    """Of a run's planned stages, the one whose prompts and answers are counted in
+    tokens (see :class:`ChatStage`); a cascade's small model is not counted."""
+    stages = [stage for stage in stages if stage.cascade is None]
+    found = len(stages) - 1
+    for index, stage in enumerate(stages):
+        if stage.contract.chat:
+            found = index
+    return ChatStage(stages[found], tuple(stage.definition for stage in stages[:found]))
 
 
 def chat_stage(job: JobDefinition[Any], spec: JobSpec) -> ChatStage:
-    """The stage whose prompts and answers are counted in tokens (see :class:`ChatStage`)."""
-    stages = job.stages
-    found = len(stages) - 1
-    for index, stage in enumerate(stages):
-        if TASK_CONTRACTS[spec.stage_engine(stage.name).task].chat:
-            found = index
-    definition = stages[found]
-    path = MAIN_STAGE if definition.name == MAIN_STAGE else f"stages.{definition.name}"
-    return ChatStage(path, definition, spec.stage_engine(definition.name), stages[:found])
+    """:func:`last_chat_stage` of the stages a run of ``spec`` plans (for what no run
+    plans: the cost estimate)."""
+    return last_chat_stage(plan_stages(job, spec, job.options_of(spec)))
+
+
+@dataclass(frozen=True)
+class CountedRun:
+    """What a count reads, worked out before Ray starts: a run's plan, or for
+    ``toolkit plan --tokens`` the same from the spec.
+
+    Attributes:
+        stages: The job's stages as a run plans them, their models located.
+        samples: Serves a ``sample:`` input's rows (smoke runs).
+    """
+
+    job: JobDefinition[Any]
+    spec: JobSpec
+    options: Any
+    stages: tuple[PlannedStage, ...]
+    samples: SampleProvider | None = None
+
+    @classmethod
+    def of_plan(cls, plan: RunPlan) -> CountedRun:
+        return cls(plan.job, plan.spec, plan.options, plan.stages, plan.samples)
 
 
 def earlier_results(stage: ChatStage, options: Any) -> dict[str, Any]:
@@ -144,9 +178,7 @@ class PromptTokens:
         }
 
 
-def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
-                        samples: SampleProvider | None = None,
-                        shown_ids: int = SHOWN_IDS) -> PromptTokens:
+def count_prompt_tokens(run: CountedRun, shown_ids: int = SHOWN_IDS) -> PromptTokens:
     """Count every input row's prompt tokens on the connected Ray (see the module).
 
     Raises:
@@ -157,11 +189,10 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
     from toolkit.run.row_steps import engine_sampling_params, ship_job_code_by_value
 
     started = time.monotonic()
-    stage, source = counted_stage(job, spec, samples)
+    job, spec, options = run.job, run.spec, run.options
+    stage, source = counted_stage(run.stages)
     settings = stage.settings
-    kind = engine_kind(settings)
     limit, limit_from = model_max_len(dict(settings.engine_kwargs), source, stage.path)
-    options = job.options_of(spec)
     ship_job_code_by_value(job)
     import ray
     from ray.data import ActorPoolStrategy, DataContext
@@ -181,14 +212,15 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
             # a small input has fewer blocks than the pool has workers: no news to a user.
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.filterwarnings("ignore", "The minimum number of concurrent actors")
-            counted = _input_rows(spec, samples).map_batches(
+            counted = _input_rows(run).map_batches(
                 _CountBatch, fn_constructor_kwargs={
-                    "tokenizer_source": source, "ray_llm_prompt": kind.ray_llm_prompt,
+                    "tokenizer_source": source,
+                    "ray_llm_prompt": stage.planned.kind.ray_llm_prompt,
                     "chat_template_kwargs": template_kwargs,
                     "preprocess": stage.definition.preprocess, "options": options,
                     "earlier": earlier_results(stage, options),
                     "sampling_params": engine_sampling_params(
-                        spec.sampling, stage.definition.structured_output(options)),
+                        spec.sampling, stage.planned.structured_output),
                     "id_column": spec.data.id_column,
                     "apply_chat_template": getattr(stage.settings, "apply_chat_template", True),
                 }, batch_size=BATCH_ROWS, batch_format="pyarrow",
@@ -211,24 +243,23 @@ def count_prompt_tokens(job: JobDefinition[Any], spec: JobSpec,
                         seconds=time.monotonic() - started, notes=notes)
 
 
-def counted_stage(job: JobDefinition[Any], spec: JobSpec,
-                  samples: SampleProvider | None = None) -> tuple[ChatStage, str]:
-    """The stage whose prompts are counted and where its tokenizer loads from, checked
-    before any Ray starts.
+def counted_stage(stages: Sequence[PlannedStage]) -> tuple[ChatStage, str]:
+    """Of a run's planned stages, the one whose prompts are counted and where its
+    tokenizer loads from, checked before any Ray starts.
 
     Raises:
         SpecError: the stage's engine has no local tokenizer (an HTTP endpoint), or
             its tokenizer can't be loaded.
     """
-    stage = chat_stage(job, spec)
+    stage = last_chat_stage(stages)
     settings = stage.settings
-    if not TASK_CONTRACTS[settings.task].chat or not engine_kind(settings).loads_checkpoint:
+    if not stage.planned.contract.chat or not stage.planned.kind.loads_checkpoint:
         raise SpecError(
             f"--tokens: {stage.path} ({settings.kind}, {settings.task}) has no chat prompt "
             "counted with a local tokenizer.",
             hint="Token counts are for chat stages of engines that load a model "
             "(vllm, transformers); an HTTP endpoint counts its own tokens.")
-    source = resolve_model_source(settings.model, samples)
+    source = stage.planned.model.path()
     _check_tokenizer(source, settings.model, stage.path)
     return stage, source
 
@@ -254,14 +285,14 @@ def _check_tokenizer(source: str, model: str, path: str) -> None:
         ) from None
 
 
-def _input_rows(spec: JobSpec, samples: SampleProvider | None) -> "Dataset":
-    """The rows a run of ``spec`` reads, in the input's order (``--rows``: its first)."""
+def _input_rows(run: CountedRun) -> "Dataset":
+    """The rows the run reads, in the input's order (``--rows``: its first)."""
     from toolkit.run.input.formats import run_format
     from toolkit.run.input.reading import open_input
 
-    data = spec.data
+    data, samples = run.spec.data, run.samples
     if run_format(data).stages_rows:
-        return _staged_rows(spec)
+        return _staged_rows(run.spec)
     if data.input.startswith("sample:"):
         name = require_sample("data.input", data.input, samples, "input")
         assert samples is not None
@@ -465,14 +496,18 @@ def count_prompt_tokens_on_ray(job: JobDefinition[Any], spec: JobSpec,
 
     from toolkit.run.ray.connection import connect_ray, stop_local_ray
 
-    counted_stage(job, spec, samples)  # a model without a tokenizer here: before Ray starts
+    options = job.options_of(spec)
+    # Each model as a run's preflight locates it: a sample model is built where it loads.
+    stages = tuple(dataclasses.replace(stage, model=ModelLocation(stage.engine.model, samples))
+                   for stage in plan_stages(job, spec, options))
+    counted_stage(stages)  # a model without a tokenizer here: before Ray starts
     connection = connect_ray(address)
     data_logger = logging.getLogger("ray.data")
     level = data_logger.level
     data_logger.setLevel(logging.WARNING)  # its execution plans are no news here
     try:
         # Ray Data's progress bar (on stderr) shows a long count going.
-        return count_prompt_tokens(job, spec, samples)
+        return count_prompt_tokens(CountedRun(job, spec, options, stages, samples))
     finally:
         data_logger.setLevel(level)
         if connection.started_here:

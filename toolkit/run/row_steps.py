@@ -4,8 +4,13 @@ A stage's rows are prepared for its engine (:func:`prepare_row`: the job's
 preprocess, the chat messages and sampling parameters), the engine answers, and
 :func:`finish_batch` turns the answers into the output's columns (:func:`output_schema`)
 through the job's postprocess and the row checks; a row that fails anywhere becomes
-an error row. The pipeline (:mod:`toolkit.run.pipeline`) only builds the dataset from
-these; nothing here builds one.
+an error row. Which of these run, in what order and with what resources, is the run's
+stage chain (:mod:`toolkit.run.stage_steps`); nothing here builds a dataset.
+
+A row that failed in an earlier stage of a multi-stage job keeps its error through
+the later ones: their preprocess doesn't run on it (:func:`prepare_after_earlier_stage`)
+and their engines skip it (``error`` for ours, ``__inference_error__`` for Ray Data
+LLM's), so no model time goes to it and the output says which stage rejected it and why.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from toolkit.spec.row_contract import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+#: Prepares one row for a stage's engine (:func:`prepare_row`,
+#: :func:`~toolkit.run.task_rows.prepare_task_row`).
+Prepare = Callable[..., dict[str, Any]]
 
 
 def engine_sampling_params(
@@ -95,6 +104,88 @@ def prepare_row(
     out[SAMPLING_PARAMS_COLUMN] = row_sampling_params(sampling_params, own_params)
     out[MAX_TOKENS_COLUMN] = out[SAMPLING_PARAMS_COLUMN].get("max_tokens")
     return out
+
+
+def _failed_earlier(row: dict[str, Any], options: Any) -> dict[str, Any]:
+    raise ValueError("failed in an earlier stage")
+
+
+def prepare_after_earlier_stage(
+    row: dict[str, Any], prepare: Prepare, preprocess: Callable[..., dict[str, Any]],
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """``prepare`` (``prepare_row`` or ``prepare_task_row``) for a later stage: a row
+    an earlier stage failed gets the stage's input columns as null, without its
+    preprocess running, and keeps the earlier error."""
+    earlier = row_error(row.get(ERROR_COLUMN))
+    if earlier is None:
+        return prepare(row, preprocess=preprocess, **kwargs)
+    out = prepare(row, preprocess=_failed_earlier, **kwargs)
+    out[ERROR_COLUMN] = earlier
+    out[RAY_LLM_ERROR_COLUMN] = earlier
+    return out
+
+
+def prepare_batch(batch: "pa.Table", prepare: Prepare, inner: Prepare | None = None,
+                  **fn_kwargs: Any) -> "pa.Table":
+    """``prepare`` (a row -> the row with the stage's inputs) on each row of ``batch``,
+    with only what it changed or added built back from Python: the columns it left
+    alone pass through as Arrow, untouched.
+
+    The new columns are built as Ray Data builds a row-wise ``map``'s
+    (``BlockAccessor.batch_to_arrow_block``), so a stage's engine sees the same types.
+    """
+    from ray.data.block import BlockAccessor
+
+    rows = batch.to_pylist()
+    if inner is not None:
+        fn_kwargs = {"prepare": inner, **fn_kwargs}
+    outs = [prepare(row, **fn_kwargs) for row in rows]
+    changed: dict[str, None] = {}
+    for row, out in zip(rows, outs):
+        for key, value in out.items():
+            # ``prepare`` copies the row: a value it left alone is the very same object.
+            if key not in changed and (key not in row or value is not row[key]):
+                changed[key] = None
+    if not changed:
+        return batch
+    built = BlockAccessor.batch_to_arrow_block(
+        {key: [out.get(key) for out in outs] for key in changed})
+    names = batch.column_names
+    for key in changed:
+        if key in names:
+            batch = batch.set_column(names.index(key), key, built.column(key))
+        else:
+            batch = batch.append_column(key, built.column(key))
+    return batch
+
+
+def prepare_table(batch: "pa.Table", preprocess_batch: Callable[..., "pa.Table"],
+                  options: Any, input_columns: Sequence[str]) -> "pa.Table":
+    """A job's ``preprocess_batch`` on a whole block: the task's input columns (null on
+    the rows it rejects) and ``error`` (``preprocess: <why>``), all in Arrow, as
+    :func:`toolkit.run.task_rows.prepare_task_row` makes them row by row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    made = preprocess_batch(batch, options)
+    if made.num_rows != batch.num_rows:
+        raise RuntimeError(f"preprocess_batch returned {made.num_rows} rows for "
+                           f"{batch.num_rows}")
+    why = made.column(ERROR_COLUMN).cast(pa.string())
+    rejected = pc.is_valid(why)
+    columns = {name: pc.if_else(rejected, pa.scalar(None, made.column(name).type),
+                                made.column(name)) for name in input_columns}
+    errors = pc.binary_join_element_wise("preprocess: ", why, "")
+    columns[ERROR_COLUMN] = errors
+    # Ray Data LLM's stages skip rows where this is non-empty.
+    columns[RAY_LLM_ERROR_COLUMN] = pc.fill_null(errors, "")
+    names = batch.column_names
+    for name, column in columns.items():
+        batch = (batch.set_column(names.index(name), name, column) if name in names
+                 else batch.append_column(name, column))
+        names = batch.column_names
+    return batch
 
 
 def messages_as_written(messages: Any) -> str:
@@ -357,7 +448,8 @@ def _output_column(batch: "pa.Table", field: "pa.Field", made: dict[str, Any],
 
 def preprocess_model_postprocess(batch: "pa.Table", steps: Sequence[BatchStep]) -> "pa.Table":
     """Each step on the batch in turn: a stage run as one function
-    (:func:`stage_in_one_step`); Ray's Dashboard shows it by this name."""
+    (:func:`toolkit.run.stage_steps.stage_in_one_step`); Ray's Dashboard shows it by
+    this name."""
     for step, fn_kwargs in steps:
         batch = step(batch, **fn_kwargs)
     return batch

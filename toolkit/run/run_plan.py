@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.engines.model_source import ModelLocation
+from toolkit.engines.registry import EngineKind, engine_kind
 from toolkit.run.output.run_directory import RunDirectory, RunState
 from toolkit.run.output.writer_lock import WriterLock
 from toolkit.spec.cascade import CASCADE_FIELD, CascadeConfig
@@ -28,11 +30,16 @@ from toolkit.spec.stages import StageDefinition
 
 @dataclass(frozen=True)
 class PlannedStage:
-    """One model stage as it will run: the job's hooks and the spec's engine section.
+    """One model stage as it will run: the job's hooks, the spec's engine section, its
+    engine kind and where its model loads from, all worked out here once; the
+    pipeline turns it into its steps (:mod:`toolkit.run.stage_steps`).
 
     Attributes:
         field: The engine section's spec path (``engine``, ``stages.NAME``), as
             errors and notices name it.
+        kind: The engine section's kind, from the registry.
+        model: Where ``engine.model`` loads from; preflight gives a ``sample:`` model
+            the run's sample provider, which builds it where it loads.
         results: Result columns and their Arrow type aliases.
         required: Input columns the stage reads.
         structured_output: The constraint every row's sampling params carry (a
@@ -42,6 +49,8 @@ class PlannedStage:
     definition: StageDefinition[Any]
     field: str
     engine: EngineSettings
+    kind: EngineKind
+    model: ModelLocation
     contract: TaskContract
     results: Mapping[str, str]
     required: tuple[str, ...]
@@ -57,7 +66,9 @@ class PlannedStage:
 
 def plan_stages(job: JobDefinition[Any], spec: JobSpec, options: Any) -> tuple[PlannedStage, ...]:
     """The job's model stages in the order rows go through them, each with its engine;
-    with a cascade, its small model's stage just before the main one."""
+    with a cascade, its small model's stage just before the main one. Each model is
+    located as the spec names it, with no sample provider: the caller that has one
+    (preflight, a token count) gives it to the stages' ``sample:`` models."""
     planned = []
     for stage in job.stages:
         if stage.name == MAIN_STAGE and spec.cascade is not None:
@@ -65,7 +76,8 @@ def plan_stages(job: JobDefinition[Any], spec: JobSpec, options: Any) -> tuple[P
             assert small is not None
             contract = TASK_CONTRACTS[small.task]
             planned.append(PlannedStage(
-                definition=stage, engine=small, field=CASCADE_FIELD, contract=contract,
+                definition=stage, engine=small, kind=engine_kind(small),
+                model=ModelLocation(small.model), field=CASCADE_FIELD, contract=contract,
                 results=dict(stage.result_columns(options)),
                 required=tuple(stage.required_columns(options)),
                 structured_output=stage.structured_output(options) if contract.chat else None,
@@ -73,7 +85,8 @@ def plan_stages(job: JobDefinition[Any], spec: JobSpec, options: Any) -> tuple[P
         engine = spec.stage_engine(stage.name)
         contract = TASK_CONTRACTS[engine.task]
         planned.append(PlannedStage(
-            definition=stage, engine=engine,
+            definition=stage, engine=engine, kind=engine_kind(engine),
+            model=ModelLocation(engine.model),
             field="engine" if stage.name == MAIN_STAGE else f"stages.{stage.name}",
             contract=contract, results=dict(stage.result_columns(options)),
             required=tuple(stage.required_columns(options)),

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ray.data.llm import Processor
 
     from toolkit.engines.http.settings import HttpSettings
-    from toolkit.spec.sample_sources import SampleProvider
+    from toolkit.engines.model_source import ModelLocation
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_WAIT_S = 1.0
@@ -286,16 +286,17 @@ def _answer_logprob(logprobs: Any) -> float | None:
         return None
 
 
-def served_model_name(engine: "HttpSettings", samples: "SampleProvider | None" = None) -> str:
-    """The ``model`` a request names: ``engine.model``, or a sample model's local path."""
+def served_model_name(engine: "HttpSettings", model: "ModelLocation | None" = None) -> str:
+    """The ``model`` a request names: ``engine.model``, or a sample model's local path
+    (``model``: where preflight found it)."""
     if engine.model.startswith("sample:"):
-        from toolkit.engines.model_source import resolve_model_source
+        from toolkit.engines.model_source import model_location
 
-        return resolve_model_source(engine.model, samples)
+        return model_location(model or engine.model).path()
     return engine.model
 
 
-def build_http_processor(engine: "HttpSettings", samples: "SampleProvider | None" = None
+def build_http_processor(engine: "HttpSettings", model: "ModelLocation | None" = None
                          ) -> "Processor":
     """A Ray Data LLM HTTP processor for ``engine`` (kind http); apply it with ``processor(ds)``."""
     from ray.data.llm import HttpRequestProcessorConfig, build_processor
@@ -314,7 +315,7 @@ def build_http_processor(engine: "HttpSettings", samples: "SampleProvider | None
     )
     return build_processor(
         config,
-        preprocess=PayloadBuilder(served_model_name(engine, samples),
+        preprocess=PayloadBuilder(served_model_name(engine, model),
                                   engine.structured_outputs_via, engine.chat_template_kwargs,
                                   engine.apply_chat_template),
         postprocess=read_response,
@@ -322,7 +323,7 @@ def build_http_processor(engine: "HttpSettings", samples: "SampleProvider | None
 
 
 def apply_http_engine(ds: "Dataset", engine: "HttpSettings", multimodal: bool = False,
-                      samples: "SampleProvider | None" = None) -> "Dataset":
+                      model: "ModelLocation | None" = None) -> "Dataset":
     """``ds`` through the http engine. Messages go as they are (OpenAI's format), so
     multimodal rows (image_url parts) work when the server's model takes them."""
-    return build_http_processor(engine, samples)(ds)
+    return build_http_processor(engine, model)(ds)

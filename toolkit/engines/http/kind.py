@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def apply_http(ds: "Dataset", settings: HttpSettings, stage: "StageInputs") -> "Dataset":
     from toolkit.engines.http.chat_stage import apply_http_engine
 
-    return apply_http_engine(ds, settings, multimodal=stage.multimodal, samples=stage.samples)
+    return apply_http_engine(ds, settings, multimodal=stage.multimodal, model=stage.model)
 
 
 def check_server(settings: HttpSettings) -> None:

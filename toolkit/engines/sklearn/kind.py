@@ -16,13 +16,13 @@ if TYPE_CHECKING:
 def apply_sklearn(ds: "Dataset", settings: SklearnSettings, stage: "StageInputs") -> "Dataset":
     from toolkit.engines.sklearn.tabular_stage import apply_tabular_stage
 
-    return apply_tabular_stage(ds, settings, samples=stage.samples)
+    return apply_tabular_stage(ds, settings, model=stage.model)
 
 
 def sklearn_step(settings: SklearnSettings, stage: "StageInputs") -> "BatchStep":
     from toolkit.engines.sklearn.tabular_stage import tabular_step
 
-    return tabular_step(settings, samples=stage.samples)
+    return tabular_step(settings, model=stage.model)
 
 
 KIND = EngineKind(

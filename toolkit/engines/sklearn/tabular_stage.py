@@ -24,31 +24,30 @@ from toolkit.engines import BatchStep, batch_step_resources
 from toolkit.engines.batch_stage import error_text, run_model_on_batch, through_numpy
 from toolkit.errors import SpecError
 from toolkit.spec.row_contract import MESSAGES_COLUMN, SAMPLING_PARAMS_COLUMN, TASK_CONTRACTS
-from toolkit.spec.sample_sources import sample_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
 
     from toolkit.spec.engine_settings import EngineSettings
-    from toolkit.spec.sample_sources import SampleProvider
+    from toolkit.engines.model_source import ModelLocation
 
 #: The file a model directory holds (what the sample and ``joblib.dump`` examples write).
 MODEL_FILE = "model.joblib"
 _CONTRACT = TASK_CONTRACTS["tabular"]
 
 
-def model_file(source: str, samples: "SampleProvider | None" = None) -> Path:
+def model_file(source: "str | ModelLocation") -> Path:
     """The model file ``engine.model`` names: a ``.joblib``/``.pkl`` file, or a
     directory holding ``model.joblib``.
 
     Raises:
         SpecError: nothing there.
     """
-    if sample_name(source) is not None:
-        from toolkit.engines.model_source import resolve_model_source
+    from toolkit.engines.model_source import model_location
 
-        source = resolve_model_source(source, samples)
+    location = model_location(source)
+    source = location.path() if location.is_sample else location.source
     path = Path(source).expanduser()
     if path.is_dir():
         path = path / MODEL_FILE
@@ -61,7 +60,7 @@ def model_file(source: str, samples: "SampleProvider | None" = None) -> Path:
     return path
 
 
-def load_model(source: str, samples: "SampleProvider | None" = None) -> Any:
+def load_model(source: "str | ModelLocation") -> Any:
     """Load the fitted model with joblib (this runs code from the file).
 
     Raises:
@@ -69,7 +68,7 @@ def load_model(source: str, samples: "SampleProvider | None" = None) -> Any:
     """
     import joblib
 
-    path = model_file(source, samples)
+    path = model_file(source)
     try:
         model = joblib.load(path)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad model file
@@ -147,13 +146,13 @@ def predict_rows(batch: dict[str, np.ndarray], model: Any) -> dict[str, np.ndarr
 
 
 def tabular_step(engine: "EngineSettings",
-                 samples: "SampleProvider | None" = None) -> "BatchStep":
+                 model: "ModelLocation | None" = None) -> "BatchStep":
     """:func:`predict_tabular` with the model loaded here, on the driver."""
-    return predict_tabular, {"model": load_model(engine.model, samples)}
+    return predict_tabular, {"model": load_model(model or engine.model)}
 
 
 def apply_tabular_stage(ds: "Dataset", engine: "EngineSettings",
-                        samples: "SampleProvider | None" = None) -> "Dataset":
-    predict, fn_kwargs = tabular_step(engine, samples)
+                        model: "ModelLocation | None" = None) -> "Dataset":
+    predict, fn_kwargs = tabular_step(engine, model)
     return ds.map_batches(predict, fn_kwargs=fn_kwargs, batch_size=engine.batch_size,
                           batch_format="pyarrow", **batch_step_resources(engine))

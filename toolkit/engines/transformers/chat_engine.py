@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.spec.engine_settings import EngineSettings
-    from toolkit.spec.sample_sources import SampleProvider
+    from toolkit.engines.model_source import ModelLocation
 
 
 def structured_output_grammar(constraint: dict[str, Any]) -> str:
@@ -227,11 +227,10 @@ class TransformersChatEngine:
 
     def __init__(
         self,
-        model_source: str,
+        model_source: "str | ModelLocation",
         engine_kwargs: dict[str, Any],
         use_gpu: bool = False,
         num_threads: int = 1,
-        samples: "SampleProvider | None" = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         dedupe: bool = True,
         rows_per_call: int | None = None,
@@ -240,13 +239,13 @@ class TransformersChatEngine:
         started = time.monotonic()
         import torch
 
-        from toolkit.engines.model_source import resolve_model_source
+        from toolkit.engines.model_source import model_location
 
         torch.set_num_threads(max(1, num_threads))
         self.torch = torch
         self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         self.tokenizer, self.model = self._load(
-            resolve_model_source(model_source, samples), engine_kwargs.get("dtype", "auto")
+            model_location(model_source).path(), engine_kwargs.get("dtype", "auto")
         )
         # Decoder-only batch generation: new tokens must follow every prompt directly.
         self.tokenizer.padding_side = "left"
@@ -680,7 +679,7 @@ def apply_transformers_engine(
     ds: "Dataset",
     engine: "EngineSettings",
     udf: type = TransformersChatEngine,
-    samples: "SampleProvider | None" = None,
+    model: "ModelLocation | None" = None,
 ) -> "Dataset":
     """Run ``udf`` (the chat engine or a subclass) over ``ds`` on ``engine.concurrency`` actors
     (a fixed pool, or an autoscaling one for a range).
@@ -709,11 +708,10 @@ def apply_transformers_engine(
     return ds.map_batches(
         udf,
         fn_constructor_kwargs={
-            "model_source": engine.model,
+            "model_source": model or engine.model,
             "engine_kwargs": dict(engine.engine_kwargs),
             "use_gpu": use_gpu,
             "num_threads": max(1, int(engine.num_cpus)),
-            "samples": samples,
             "chat_template_kwargs": dict(engine.chat_template_kwargs),
             "apply_chat_template": getattr(engine, "apply_chat_template", True),
         },

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.spec.engine_settings import EngineSettings
-    from toolkit.spec.sample_sources import SampleProvider
+    from toolkit.engines.model_source import ModelLocation
 
 _IMAGENET_MEAN, _IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -32,17 +32,17 @@ class ImageClassifier(ModelStage):
     input_columns = TASK_CONTRACTS["image-classify"].inputs
     output_columns = tuple(TASK_CONTRACTS["image-classify"].outputs)
 
-    def __init__(self, model_source: str, engine_kwargs: dict[str, Any], use_gpu: bool = False,
-                 num_threads: int = 1, samples: "SampleProvider | None" = None) -> None:
+    def __init__(self, model_source: "str | ModelLocation", engine_kwargs: dict[str, Any],
+                 use_gpu: bool = False, num_threads: int = 1) -> None:
         import torch
         from transformers import AutoModelForImageClassification
         from transformers.image_processing_base import ImageProcessingMixin
 
-        from toolkit.engines.model_source import resolve_model_source
+        from toolkit.engines.model_source import model_location
 
         self.torch = torch
         self.device = torch_device(use_gpu, num_threads)
-        path = resolve_model_source(model_source, samples)
+        path = model_location(model_source).path()
         self.model = AutoModelForImageClassification.from_pretrained(
             path, dtype=engine_kwargs.get("dtype", "auto"))
         self.model.to(self.device).eval()
@@ -74,13 +74,13 @@ class ImageClassifier(ModelStage):
 
 
 def apply_image_stage(ds: "Dataset", engine: "EngineSettings",
-                      samples: "SampleProvider | None" = None) -> "Dataset":
+                      model: "ModelLocation | None" = None) -> "Dataset":
     return ds.map_batches(
         ImageClassifier,
         fn_constructor_kwargs={
-            "model_source": engine.model, "engine_kwargs": dict(engine.engine_kwargs),
+            "model_source": model or engine.model, "engine_kwargs": dict(engine.engine_kwargs),
             "use_gpu": engine.accelerator_type is not None,
-            "num_threads": max(1, int(engine.num_cpus)), "samples": samples,
+            "num_threads": max(1, int(engine.num_cpus)),
         },
         **stage_resources(engine),
     )

@@ -19,18 +19,18 @@ def apply_transformers(ds: "Dataset", settings: TransformersSettings,
     if settings.task == "generate" and stage.multimodal:
         from toolkit.engines.transformers.vision_engine import apply_transformers_vision_engine
 
-        return apply_transformers_vision_engine(ds, settings, samples=stage.samples)
+        return apply_transformers_vision_engine(ds, settings, model=stage.model)
     if settings.task == "generate":
         from toolkit.engines.transformers.chat_engine import apply_transformers_engine
 
-        return apply_transformers_engine(ds, settings, samples=stage.samples)
+        return apply_transformers_engine(ds, settings, model=stage.model)
     if settings.task == "image-classify":
         from toolkit.engines.transformers.image_stage import apply_image_stage
 
-        return apply_image_stage(ds, settings, samples=stage.samples)
+        return apply_image_stage(ds, settings, model=stage.model)
     from toolkit.engines.transformers.text_stages import apply_text_stage
 
-    return apply_text_stage(ds, settings, samples=stage.samples)
+    return apply_text_stage(ds, settings, model=stage.model)
 
 
 KIND = EngineKind(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.spec.engine_settings import EngineSettings
-    from toolkit.spec.sample_sources import SampleProvider
+    from toolkit.engines.model_source import ModelLocation
 
 
 def model_max_length(model: Any, engine_kwargs: dict[str, Any]) -> int:
@@ -39,14 +39,14 @@ class TextClassifier(ModelStage):
     input_columns = TASK_CONTRACTS["classify"].inputs
     output_columns = tuple(TASK_CONTRACTS["classify"].outputs)
 
-    def __init__(self, model_source: str, engine_kwargs: dict[str, Any], use_gpu: bool = False,
-                 num_threads: int = 1, samples: "SampleProvider | None" = None) -> None:
+    def __init__(self, model_source: "str | ModelLocation", engine_kwargs: dict[str, Any],
+                 use_gpu: bool = False, num_threads: int = 1) -> None:
         from transformers import pipeline
 
-        from toolkit.engines.model_source import resolve_model_source
+        from toolkit.engines.model_source import model_location
 
         device = torch_device(use_gpu, num_threads)
-        self.pipe = pipeline("text-classification", model=resolve_model_source(model_source, samples),
+        self.pipe = pipeline("text-classification", model=model_location(model_source).path(),
                              device=device, dtype=engine_kwargs.get("dtype", "auto"))
         self.max_length = model_max_length(self.pipe.model, engine_kwargs)
 
@@ -64,16 +64,16 @@ class TextEncoder(ModelStage):
     input_columns = TASK_CONTRACTS["embed"].inputs
     output_columns = (*TASK_CONTRACTS["embed"].outputs, "num_input_tokens")
 
-    def __init__(self, model_source: str, engine_kwargs: dict[str, Any], use_gpu: bool = False,
-                 num_threads: int = 1, samples: "SampleProvider | None" = None) -> None:
+    def __init__(self, model_source: "str | ModelLocation", engine_kwargs: dict[str, Any],
+                 use_gpu: bool = False, num_threads: int = 1) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from toolkit.engines.model_source import resolve_model_source
+        from toolkit.engines.model_source import model_location
 
         self.torch = torch
         self.device = torch_device(use_gpu, num_threads)
-        path = resolve_model_source(model_source, samples)
+        path = model_location(model_source).path()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path, dtype=engine_kwargs.get("dtype", "auto"))
         self.model.to(self.device).eval()
@@ -94,14 +94,14 @@ class TextEncoder(ModelStage):
 
 
 def apply_text_stage(ds: "Dataset", engine: "EngineSettings",
-                     samples: "SampleProvider | None" = None) -> "Dataset":
+                     model: "ModelLocation | None" = None) -> "Dataset":
     udf = TextClassifier if engine.task == "classify" else TextEncoder
     return ds.map_batches(
         udf,
         fn_constructor_kwargs={
-            "model_source": engine.model, "engine_kwargs": dict(engine.engine_kwargs),
+            "model_source": model or engine.model, "engine_kwargs": dict(engine.engine_kwargs),
             "use_gpu": engine.accelerator_type is not None,
-            "num_threads": max(1, int(engine.num_cpus)), "samples": samples,
+            "num_threads": max(1, int(engine.num_cpus)),
         },
         **stage_resources(engine),
     )

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.spec.engine_settings import EngineSettings
-    from toolkit.spec.sample_sources import SampleProvider
+    from toolkit.engines.model_source import ModelLocation
 
 __all__ = [
     "TransformersVisionEngine",
@@ -163,10 +163,10 @@ class TransformersVisionEngine(TransformersChatEngine):
 
 
 def apply_transformers_vision_engine(
-    ds: "Dataset", engine: "EngineSettings", samples: "SampleProvider | None" = None
+    ds: "Dataset", engine: "EngineSettings", model: "ModelLocation | None" = None
 ) -> "Dataset":
     """Run ``TransformersVisionEngine`` over ``ds`` on ``engine.concurrency`` actors."""
-    return apply_transformers_engine(ds, engine, udf=TransformersVisionEngine, samples=samples)
+    return apply_transformers_engine(ds, engine, udf=TransformersVisionEngine, model=model)
 
 
 # --------------------------------------------------------------------------- internals

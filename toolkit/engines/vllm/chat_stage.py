@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from toolkit.engines.model_source import resolve_model_source
+from toolkit.engines.model_source import ModelLocation, model_location
 from toolkit.engines.vllm.row_errors import toolkit_row_error
 from toolkit.engines.vllm.settings import CPU_BACKEND_STAGE_CPUS, CPU_KV_CACHE_GIB, VllmSettings
 from toolkit.spec.row_contract import (
@@ -26,11 +26,9 @@ if TYPE_CHECKING:
     from ray.data import Dataset
     from ray.data.llm import Processor
 
-    from toolkit.spec.sample_sources import SampleProvider
-
 
 def build_vllm_processor(
-    engine: VllmSettings, multimodal: bool = False, samples: "SampleProvider | None" = None
+    engine: VllmSettings, multimodal: bool = False, model: ModelLocation | None = None
 ) -> "Processor":
     """A Ray Data LLM processor for ``engine``; apply it with ``processor(ds)``.
 
@@ -59,7 +57,7 @@ def build_vllm_processor(
         logger.warning(warning)
     cpu_stage = cpu_stage_settings(engine)
     config = vLLMEngineProcessorConfig(
-        **vllm_engine_settings(engine, samples),
+        **vllm_engine_settings(engine, model),
         # Off: the rows' `prompt` goes to the tokenizer as written (/v1/completions).
         chat_template_stage={
             **cpu_stage, "chat_template_kwargs": dict(engine.chat_template_kwargs) or None,
@@ -91,14 +89,16 @@ def keep_triton_out_of_the_driver() -> None:
 
 
 def vllm_engine_settings(
-    engine: VllmSettings, samples: "SampleProvider | None" = None
+    engine: VllmSettings, model: ModelLocation | None = None
 ) -> dict[str, Any]:
     """``vLLMEngineProcessorConfig`` arguments for the engine stage itself, the same
-    for every task (chat generation, embed, classify); the stages around it differ."""
+    for every task (chat generation, embed, classify); the stages around it differ.
+    ``model``: where ``engine.model`` loads from (preflight's; None: ``engine.model``
+    itself, not a sample)."""
     low, high = engine.pool_size
     bundle: dict[str, float] = {"CPU": engine.num_cpus}
     engine_kwargs = dict(engine.engine_kwargs)
-    model_source = resolve_model_source(engine.model, samples)
+    model_source = model_location(model or engine.model).path()
     if engine.kv_cache_gib is not None or engine.runs_on_cpu:
         engine_kwargs["kv_cache_memory_bytes"] = int(
             (engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
@@ -171,12 +171,12 @@ def apply_vllm_engine(
     ds: "Dataset",
     engine: VllmSettings,
     multimodal: bool = False,
-    samples: "SampleProvider | None" = None,
+    model: ModelLocation | None = None,
 ) -> "Dataset":
     """Chat generation through the processor, with each choice answer's log-probability
     (``generated_logprob``: the job's ``<column>_confidence``)."""
     ds = ds.map(ask_for_choice_logprobs)
-    ds = build_vllm_processor(engine, multimodal=multimodal, samples=samples)(ds)
+    ds = build_vllm_processor(engine, multimodal=multimodal, model=model)(ds)
     return ds.map(finish_vllm_row)
 
 

@@ -18,10 +18,10 @@ def apply_vllm(ds: "Dataset", settings: VllmSettings, stage: "StageInputs") -> "
         from toolkit.engines.vllm.chat_stage import apply_vllm_engine
 
         return apply_vllm_engine(ds, settings, multimodal=stage.multimodal,
-                                 samples=stage.samples)
+                                 model=stage.model)
     from toolkit.engines.vllm.task_stages import apply_vllm_task
 
-    return apply_vllm_task(ds, settings, samples=stage.samples)
+    return apply_vllm_task(ds, settings, model=stage.model)
 
 
 KIND = EngineKind(

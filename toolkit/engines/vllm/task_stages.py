@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.engines.model_source import resolve_model_source
+from toolkit.engines.model_source import ModelLocation, model_location
 from toolkit.engines.vllm.chat_stage import (
     cpu_stage_settings,
     keep_triton_out_of_the_driver,
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from ray.data.llm import Processor
 
     from toolkit.engines.vllm.settings import VllmSettings
-    from toolkit.spec.sample_sources import SampleProvider
 
 #: What Ray Data LLM's vLLM stage calls its pooling output.
 VLLM_EMBEDDINGS_COLUMN = "embeddings"
@@ -49,7 +48,7 @@ _ENGINE_COLUMNS = (VLLM_EMBEDDINGS_COLUMN, PROMPT_COLUMN, "tokenized_prompt", "p
 
 
 def build_vllm_task_processor(engine: "VllmSettings",
-                              samples: "SampleProvider | None" = None) -> "Processor":
+                              model: ModelLocation | None = None) -> "Processor":
     """A Ray Data LLM processor running ``engine.task`` (embed or classify) on vLLM."""
     keep_triton_out_of_the_driver()
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
@@ -57,7 +56,7 @@ def build_vllm_task_processor(engine: "VllmSettings",
     from toolkit.engines.vllm.engine_stage import with_start_check
 
     config = vLLMEngineProcessorConfig(
-        **vllm_engine_settings(engine, samples),
+        **vllm_engine_settings(engine, model),
         task_type=engine.task,
         chat_template_stage={"enabled": False},
         tokenize_stage=cpu_stage_settings(engine),
@@ -106,9 +105,9 @@ def vllm_task_outputs(batch: dict[str, np.ndarray], task: str,
 
 
 def apply_vllm_task(ds: "Dataset", engine: "VllmSettings",
-                    samples: "SampleProvider | None" = None) -> "Dataset":
-    processor = build_vllm_task_processor(engine, samples)
-    labels = model_labels(resolve_model_source(engine.model, samples)) \
+                    model: ModelLocation | None = None) -> "Dataset":
+    processor = build_vllm_task_processor(engine, model)
+    labels = model_labels(model_location(model or engine.model).path()) \
         if engine.task == "classify" else {}
     return processor(ds).map_batches(
         vllm_task_outputs, fn_kwargs={"task": engine.task, "labels": labels},
