@@ -120,6 +120,6 @@ def preflight(
 def check_engines(stages: Sequence[PlannedStage]) -> None:
     """Each stage's model can exist, and its engine's server (if any) answers."""
     for stage in stages:
-        if stage.kind.loads_checkpoint:  # a file or class is checked as it loads
+        if stage.kind.capabilities.loads_checkpoint:  # a file or class is checked as it loads
             stage.model.check()
         preflight_engine(stage.engine)  # e.g. an http engine's server

@@ -215,7 +215,7 @@ def count_prompt_tokens(run: CountedRun, shown_ids: int = SHOWN_IDS) -> PromptTo
             counted = _input_rows(run).map_batches(
                 _CountBatch, fn_constructor_kwargs={
                     "tokenizer_source": source,
-                    "ray_llm_prompt": stage.planned.kind.ray_llm_prompt,
+                    "ray_llm_prompt": stage.planned.kind.capabilities.ray_llm_prompt,
                     "chat_template_kwargs": template_kwargs,
                     "preprocess": stage.definition.preprocess, "options": options,
                     "earlier": earlier_results(stage, options),
@@ -253,7 +253,7 @@ def counted_stage(stages: Sequence[PlannedStage]) -> tuple[ChatStage, str]:
     """
     stage = last_chat_stage(stages)
     settings = stage.settings
-    if not stage.planned.contract.chat or not stage.planned.kind.loads_checkpoint:
+    if not stage.planned.contract.chat or not stage.planned.kind.capabilities.loads_checkpoint:
         raise SpecError(
             f"--tokens: {stage.path} ({settings.kind}, {settings.task}) has no chat prompt "
             "counted with a local tokenizer.",
