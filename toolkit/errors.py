@@ -11,9 +11,9 @@ code meaning
      (nothing was started; or, for a run paused until another took its folder over,
      nothing more was written)
 3    backend or cluster unreachable, not logged in, or it can never hold the run
-4    the job FAILED
+4    the job FAILED (a watched job that exited 8, 9, 10 or 11 on the cluster shows as 4)
 5    the job was STOPPED
-6    a bounded wait timed out
+6    a bounded wait timed out (``--follow --timeout``, ``stop --wait --timeout``)
 7    a followed job wrote no row for ``--stall-timeout`` (``--fail-on-stall``)
 8    the stop-loss: too many of a run's rows failed (what it wrote stays)
 9    a model engine could not start (a setting, the model or the machine; what the

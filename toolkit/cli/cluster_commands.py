@@ -3,7 +3,7 @@
 Each command parses its flags, calls the library (:mod:`toolkit.cluster.render`,
 :mod:`toolkit.cluster.backends`, :mod:`toolkit.run.progress.following`) and prints.
 Human-readable notes go to stderr; stdout carries what scripts want: the job id from
-``submit``, the job's logs, ``status``/``list`` output (``--output json`` for machines).
+``submit``, the job's logs, ``status``/``list`` output (``--format json`` for machines).
 
 Exit codes (see :mod:`toolkit.errors`): 0 ok / job SUCCEEDED, 2 bad spec, flag or
 job id, 3 cluster unreachable or not logged in, 4 job FAILED, 5 job STOPPED, 6 a
@@ -397,11 +397,29 @@ def format_results(results: Any) -> str:
     return f"  {'report:':11} {report}\n" + format_summary(results.summary, locations=False)
 
 
+def format_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--format text|json``, spelt as on ``toolkit plan``, and ``--output``, its old
+    spelling here, still taken (with a notice): on ``run`` and ``plan``, ``--output`` is
+    the output folder, so one word meant two things."""
+    command = click.option("--output", "old_format", type=click.Choice(["text", "json"]),
+                           hidden=True, help="The old spelling of --format.")(command)
+    return click.option("--format", "output_format", type=click.Choice(["text", "json"]),
+                        help="text, or json for scripts.  [default: text]")(command)
+
+
+def chosen_format(output_format: str | None, old_format: str | None) -> str:
+    if old_format is not None and output_format is None:
+        _note(f"--output {old_format} is now --format {old_format} (as on toolkit plan; "
+              "--output names an output folder elsewhere); --output still works for now.")
+    return output_format or old_format or "text"
+
+
 @click.command("status")
 @click.argument("job_id")
 @backend_options
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def status_command(job_id: str, backend: str, address: str | None, output: str) -> None:
+@format_options
+def status_command(job_id: str, backend: str, address: str | None, output_format: str | None,
+                   old_format: str | None) -> None:
     """Show JOB_ID's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) and progress;
     once it has ended, where its results are, its summary and its report.
 
@@ -410,12 +428,13 @@ def status_command(job_id: str, backend: str, address: str | None, output: str) 
     progress lines in its log. A running job that waits for resources Ray can't
     place shows what it waits for (its log's newest resources line). The summary
     and report are read from the output (recorded at submit); when this machine
-    can't read it, one line says why. ``--output json`` has the same: ``output``,
+    can't read it, one line says why. ``--format json`` has the same: ``output``,
     ``summary``, ``report`` (null when unknown) and ``summary_note``.
     """
     from toolkit.cluster.job_results import job_results
     from toolkit.run.progress.watched_job import job_progress, waiting_for
 
+    output = chosen_format(output_format, old_format)
     target = _open(backend, address)
     info = target.status(job_id)
     results = job_results(info, same_machine=target.same_machine)
@@ -470,9 +489,11 @@ def logs_command(job_id: str, backend: str, address: str | None, follow: bool,
 
 @click.command("list")
 @backend_options
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def list_command(backend: str, address: str | None, output: str) -> None:
+@format_options
+def list_command(backend: str, address: str | None, output_format: str | None,
+                 old_format: str | None) -> None:
     """List submitted jobs, newest first."""
+    output = chosen_format(output_format, old_format)
     infos = _open(backend, address).list()
     if output == "json":
         click.echo(json.dumps([info.model_dump(mode="json") for info in infos], indent=2))

@@ -42,7 +42,7 @@ class JobResults:
     summary_note: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The keys ``toolkit status --output json`` adds (null where unknown)."""
+        """The keys ``toolkit status --format json`` adds (null where unknown)."""
         return {
             "output": self.output,
             "summary": self.summary.model_dump(mode="json") if self.summary else None,
