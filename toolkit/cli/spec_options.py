@@ -29,6 +29,7 @@ SPEC_FLAGS: dict[str, str] = {
     "cascade_model": "cascade.model",
     "escalate_below": "cascade.escalate_below",
     "spot": "compute.market_type",
+    "cache": "cache.dir",
 }
 
 
@@ -94,6 +95,10 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--escalate-below", type=float, metavar="CONFIDENCE",
                      help="With --cascade-model: a row whose answer's confidence is under "
                           "this (0-1] goes on to the big model."),
+        click.option("--cache", metavar="DIR",
+                     help="Answer cache (cache.dir): a folder or s3://... A row answered "
+                          "before with the same prompt, model and settings is answered "
+                          "from it, without the model; new answers are added to it."),
         click.option("--smoke", is_flag=True,
                      help="Offline check: generated input and a tiny random-weight model on "
                           "one CPU worker (results are not meaningful)."),

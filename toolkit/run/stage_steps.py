@@ -26,6 +26,8 @@ A last stage whose engine is a function of a batch (:func:`stage_in_one_step`) r
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
@@ -37,6 +39,8 @@ from toolkit.engines.kind_dispatch import (
     runs_as_batch_step,
 )
 from toolkit.engines.registry import EngineKind
+from toolkit.run.answer_cache.answer_keys import stage_context
+from toolkit.run.answer_cache.cache_steps import look_up_answers, settle_answers
 from toolkit.run.cascade_rows import (
     cascade_columns,
     first_answers_fields,
@@ -61,6 +65,7 @@ from toolkit.run.row_steps import (
 from toolkit.run.run_plan import PlannedStage, RunPlan
 from toolkit.run.task_rows import prepare_task_row
 from toolkit.spec.engine_settings import EngineSettings
+from toolkit.spec.cascade import ANSWERED_BY_COLUMN
 from toolkit.spec.row_contract import ERROR_COLUMN, MESSAGES_COLUMN, PROMPT_COLUMN, arrow_type
 
 if TYPE_CHECKING:
@@ -138,7 +143,12 @@ def plan_steps(plan: RunPlan, input_schema: "pa.Schema") -> list[Step]:
             steps.append(RowStep(prepared[0], prepared[1], fused, whole_blocks=True))
             if planned is small:
                 steps.append(RowStep(mark_reached, None, fused, whole_blocks=True))
+            answers = _answer_steps(plan, planned, fused) if small is None else None
+            if answers is not None:
+                steps.append(answers[0])
             steps.append(EngineStep(planned.engine, planned.kind, inputs))
+            if answers is not None:
+                steps.append(answers[1])
         results.update(planned.results)
         checked = (last or planned is small) and planned.contract.chat
         finish = _finish(plan, planned, input_schema, results, last, checked)
@@ -167,8 +177,40 @@ def plan_steps(plan: RunPlan, input_schema: "pa.Schema") -> list[Step]:
                 prepared, engine_batch_step(engine, inputs), (finish_batch, finish),
             ]}, batch_step_resources(engine), batch_size=engine.batch_size))
         else:
+            if last and plan.spec.cache is not None and planned.contract.chat:
+                finish["schema"] = pa_schema_with(finish["schema"], answered_by_fields())
             steps.append(RowStep(finish_batch, finish))
     return steps
+
+
+def _answer_steps(plan: RunPlan, planned: PlannedStage,
+                  fused: Mapping[str, Any]) -> tuple[RowStep, RowStep] | None:
+    """A chat stage's steps around its model (:mod:`toolkit.run.answer_cache`): the
+    answer cache's look-up, and each repeated prompt sent once, before it; the
+    answers settled and stored after it."""
+    if not planned.contract.chat:
+        return None
+    cache = plan.spec.cache
+    location = None if cache is None else (
+        cache.dir if "://" in cache.dir else os.path.abspath(os.path.expanduser(cache.dir)))
+    before = {"context": stage_context(planned.model, planned.engine),
+              "input_column": _input_column(planned.engine), "cache": location,
+              "sampled": cache is not None and cache.sampled}
+    return (RowStep(look_up_answers, before, fused, whole_blocks=True),
+            RowStep(settle_answers, {"cache": location}))
+
+
+def answered_by_fields() -> list["pa.Field"]:
+    """The column a run with an answer cache writes after the output's own: who
+    answered the row, where not its model (``cache``, ``repeat``)."""
+    import pyarrow as pa
+
+    return [pa.field(ANSWERED_BY_COLUMN, pa.string())]
+
+
+def _input_column(engine: EngineSettings) -> str:
+    """The column a chat stage's engine reads its prompt from."""
+    return MESSAGES_COLUMN if getattr(engine, "apply_chat_template", True) else PROMPT_COLUMN
 
 
 def _prepare(plan: RunPlan, index: int, planned: PlannedStage) -> BatchStep:
@@ -177,8 +219,7 @@ def _prepare(plan: RunPlan, index: int, planned: PlannedStage) -> BatchStep:
     if contract.chat:
         kwargs: dict[str, Any] = {"sampling_params": engine_sampling_params(
             plan.spec.sampling, planned.structured_output),
-            "input_column": MESSAGES_COLUMN if getattr(
-                planned.engine, "apply_chat_template", True) else PROMPT_COLUMN}
+            "input_column": _input_column(planned.engine)}
         prepare: Prepare = prepare_row
     else:  # the task's own input columns instead
         kwargs, prepare = {"input_columns": contract.inputs}, prepare_task_row

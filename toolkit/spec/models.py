@@ -252,6 +252,21 @@ class SamplingConfig(StrictModel):
     seed: int | None = Field(None, description="Sampling seed, for repeatable non-greedy runs.")
 
 
+class CacheConfig(StrictModel):
+    """Where a run keeps the answers it paid for, and which it may reuse
+    (:mod:`toolkit.run.answer_cache`)."""
+
+    dir: str = Field(
+        description="The answer cache: a local folder, or s3://, gs://, ... (on a cluster, "
+        "a location every node reads and writes). A row whose prompt, model and settings "
+        "are all in it is answered from it without reaching the model.")
+    sampled: bool = Field(
+        False,
+        description="Cache sampled answers too (temperature above 0 without a seed): a "
+        "rerun then repeats the first run's sample instead of drawing a new one. Off, "
+        "only repeatable answers (greedy, or a fixed seed) are cached.")
+
+
 def _market_type(value: Any) -> Any:
     """``spot``, ``prefer-spot``: the market as people write it, in Anyscale's spelling."""
     return value.strip().upper().replace("-", "_") if isinstance(value, str) else value
@@ -362,6 +377,14 @@ class JobSpec(StrictModel):
         exclude_if=lambda value: value == StopLossConfig(),
         description="Stop a run early (exit 8, keeping what it wrote) when most of its "
         "first rows fail; 'toolkit retry OUTPUT' then redoes only what failed.",
+    )
+    # Left out of dumps while unset, so specs without one keep their hash.
+    cache: CacheConfig | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="Answer cache across runs (cache.dir, cache.sampled): a row answered "
+        "before with the same prompt, model and settings is answered from it; rows "
+        "answered from it say so in answered_by.",
     )
     strict: bool = Field(
         False,

@@ -41,6 +41,9 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "compute",
     "strict",
     "stop_loss",
+    # where the answer cache is doesn't change an answer (whether there is one does:
+    # its rows say answered_by)
+    "cache.dir",
 )
 #: vLLM engine arguments that only change speed or memory, never a token.
 RESULT_NEUTRAL_ENGINE_KWARGS: tuple[str, ...] = (

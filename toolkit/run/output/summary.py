@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from toolkit.redaction import redact
+from toolkit.run.answer_cache.cache_counts import CacheSummary, cache_summary
 from toolkit.run.output.run_directory import REPORT_FILE, SUMMARY_FILE, Manifest, RunDirectory
 from toolkit.run.row_checks import CONFIDENCE_SUFFIX
 from toolkit.spec.cascade import ANSWERED_BY_COLUMN
@@ -147,6 +148,9 @@ class RunSummary(BaseModel):
         "the declared order, so a report shows the ones no row got.")
     cascade: CascadeSummary | None = Field(
         None, description="A cascade's rows answered by each model and its escalation rate.")
+    cache: CacheSummary | None = Field(
+        None, exclude_if=lambda value: value is None,
+        description="The answer cache's rows and the tokens it saved (a run with cache:).")
     attempts: list[Attempt] = Field(
         default_factory=list, description="The first run and each retry, oldest first "
         "(empty for a run never retried).")
@@ -347,6 +351,7 @@ def summarize_output(
         **quality,
         choices=declared_choices(job, options),
         cascade=cascade_summary(dataset, spec),
+        cache=cache_summary(dataset, spec),
         attempts=attempts or [],
         notes=notes,
         samples=good.to_pylist(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from toolkit.redaction import redact
+from toolkit.run.answer_cache.cache_counts import cache_lines
 from toolkit.run.output.summary import RunSummary
 
 SMOKE_WARNING = (
@@ -100,6 +101,7 @@ def _quality_lines(summary: RunSummary) -> list[str]:
                 f"{model} {tokens:,} in"
                 + (f", {generated[model]:,} out" if model in generated else "")
                 for model, tokens in cascade.input_tokens.items()))
+    lines += cache_lines(summary.cache)
     if len(summary.attempts) > 1:
         last = summary.attempts[-1]
         changed = f", changed {', '.join(last.changed)}" if last.changed else ""
