@@ -79,6 +79,7 @@ class RunMetrics:
         self._restarts = restarts
         self._restarted = 0
         self._stopped = False
+        self._stop_counted = False
         self._clock = clock
         #: When a counter last grew: Ray exports it to the node's agent a report
         #: interval later, not when the process ends.
@@ -109,10 +110,7 @@ class RunMetrics:
     def stop_loss_stopped(self) -> None:
         """The stop-loss stopped the run."""
         with self._lock:
-            self._stopped = True
-            if self._write_id is not None:
-                self._record(m.STOP_LOSS_STOPS, 1)
-                self._record(m.STOP_LOSS_STATE, 1)
+            self._stopped = True  # recorded by the look that follows
 
     def exported(self, sleep: Callable[[float], None] = time.sleep) -> None:
         """Return once Ray has exported the last counts: a process that ends sooner
@@ -166,6 +164,9 @@ class RunMetrics:
         self._record(m.ETA_SECONDS, progress.eta_seconds)
         self._record(m.FAILING_SHARE, self._recorded.failed_rows / rows if rows else None)
         self._record(m.STOP_LOSS_STATE, int(self._stopped))
+        if self._stopped and not self._stop_counted:
+            self._record(m.STOP_LOSS_STOPS, 1)
+            self._stop_counted = True
 
     def _record(self, definition: m.MetricDefinition, value: float | None,
                 tags: dict[str, str] | None = None) -> None:
@@ -186,7 +187,9 @@ class RunMetrics:
 @contextlib.contextmanager
 def recording_metrics(plan: RunPlan, total: Callable[[], int | None], *,
                       interval_s: float = METRICS_INTERVAL_S,
-                      outlive: bool = True) -> Iterator[RunMetrics | None]:
+                      outlive: bool = True,
+                      metric: Callable[[m.MetricDefinition], Any] = m.ray_metric,
+                      ) -> Iterator[RunMetrics | None]:
     """Record ``plan``'s figures as Ray metrics while the block runs (Ray must be up),
     and once more as it ends, however it ends: a run stopped or failed part way keeps
     counters that hold what it wrote. A metric that can't be recorded never fails a run.
@@ -195,11 +198,13 @@ def recording_metrics(plan: RunPlan, total: Callable[[], int | None], *,
         outlive: The metrics outlive this process (a cluster's Ray, not one started
             here and stopped with the run): the block ends once Ray exported the last
             counts, up to a report interval (10 s by default) after the run's end.
+        metric: As :class:`RunMetrics`'s.
     """
     try:
         # A Ray started here has no state API to ask (no dashboard), and no one after
         # the run to read its metrics.
-        metrics = RunMetrics(plan, total, **({} if outlive else {"restarts": lambda: None}))
+        metrics = RunMetrics(plan, total, metric=metric,
+                             **({} if outlive else {"restarts": lambda: None}))
     except Exception:  # noqa: BLE001 - a folder it can't read: the run says so, not this
         yield None
         return
@@ -209,8 +214,7 @@ def recording_metrics(plan: RunPlan, total: Callable[[], int | None], *,
         yield metrics
         finished = True
     except StopLossError:
-        with contextlib.suppress(Exception):
-            metrics.stop_loss_stopped()
+        metrics.stop_loss_stopped()
         raise
     finally:
         stop()
