@@ -200,12 +200,13 @@ def recording_metrics(plan: RunPlan, total: Callable[[], int | None], *,
             counts, up to a report interval (10 s by default) after the run's end.
         metric: As :class:`RunMetrics`'s.
     """
-    try:
+    metrics: RunMetrics | None = None
+    with contextlib.suppress(Exception):  # a folder it can't read: the run says so, not this
         # A Ray started here has no state API to ask (no dashboard), and no one after
         # the run to read its metrics.
         metrics = RunMetrics(plan, total, metric=metric,
                              **({} if outlive else {"restarts": lambda: None}))
-    except Exception:  # noqa: BLE001 - a folder it can't read: the run says so, not this
+    if metrics is None:
         yield None
         return
     stop = polling(metrics.look, interval_s)
