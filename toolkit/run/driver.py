@@ -33,6 +33,7 @@ from toolkit.errors import (
     toolkit_cause,
 )
 from toolkit.run.input.identity import InputChanged
+from toolkit.run.metrics.recorder import recording_metrics
 from toolkit.run.output.run_directory import RunState
 from toolkit.run.output.summary import RunSummary
 from toolkit.run.output.write_failure import failed_write_errno, failed_writes_explained
@@ -280,7 +281,10 @@ def _run_on_ray(
                         observer.notice(notice)
                 if fit_check:  # a Ray started here never grows, whatever its monitor says
                     check_cluster_fits(plan.spec, cluster_state(fixed=connection.started_here))
-                with ray_data_quiet(log_file is not None):
+                # Its figures as Ray metrics, counted from the files the summary counts.
+                with ray_data_quiet(log_file is not None), \
+                        recording_metrics(plan, lambda: planned_rows(plan),
+                                          outlive=not connection.started_here):
                     summary = run_planned(plan, log_file=log_file, on_notice=observer.notice,
                                           on_phase=on_phase, started=started,
                                           check_tokens=check_tokens)
