@@ -20,7 +20,8 @@ from toolkit.run.output.writer_lock import WriterLock
 from toolkit.spec.cascade import CASCADE_FIELD, CascadeConfig
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import MAIN_STAGE, DataConfig, JobSpec
+from toolkit.spec.models import MAIN_STAGE, ComputeConfig, DataConfig, JobSpec, SamplingConfig
+from toolkit.spec.quality import ChecksConfig, StopLossConfig
 from toolkit.spec.row_contract import TASK_CONTRACTS, TaskContract
 from toolkit.spec.sample_sources import SampleProvider
 from toolkit.spec.stages import StageDefinition
@@ -111,6 +112,39 @@ class RunPlan:
     @property
     def data(self) -> DataConfig:
         return self.spec.data
+
+    # The sections preflight takes as they are, read through the plan (the parts
+    # toolkit.spec.run_settings names), so that nothing after it takes the spec.
+    @property
+    def sampling(self) -> SamplingConfig:
+        return self.spec.sampling
+
+    @property
+    def compute(self) -> ComputeConfig:
+        return self.spec.compute
+
+    @property
+    def checks(self) -> ChecksConfig:
+        return self.spec.checks
+
+    @property
+    def stop_loss(self) -> StopLossConfig:
+        return self.spec.stop_loss
+
+    @property
+    def cascade(self) -> CascadeConfig | None:
+        return self.spec.cascade
+
+    @property
+    def uses_sample_model(self) -> bool:
+        """The spec asked for a tiny random-weight model: results are not meaningful."""
+        return self.spec.uses_sample_model
+
+    @property
+    def model_stages(self) -> list[tuple[str, EngineSettings]]:
+        """Each stage's engine section with its spec path, in the order rows go
+        through them (:class:`~toolkit.spec.run_settings.EngineStages`)."""
+        return [(stage.field, stage.engine) for stage in self.stages]
 
     @property
     def dropped_columns(self) -> list[str]:

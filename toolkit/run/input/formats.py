@@ -11,8 +11,10 @@ and calls the same steps whatever the format is; no other module of it names a f
 
 The steps, in a run's order:
 
-1. :meth:`RunFormat.stage`, on the driver before Ray starts: a bad file fails here.
-2. :meth:`RunFormat.open`, the run's rows as a Ray Dataset (None: read as usual).
+1. :meth:`RunFormat.stage`, in preflight, before Ray starts (it takes the spec): a
+   bad file fails here.
+2. :meth:`RunFormat.open`, the run's rows as a Ray Dataset (None: read as usual);
+   from here on each step takes the run's plan.
 3. :meth:`RunFormat.staged_rows`, the rows the run will write once staged (progress).
 4. :meth:`RunFormat.finish`, once every row is written: e.g. another output file,
    returning a note for the summary.
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.run.output.run_directory import RunDirectory
+    from toolkit.run.run_plan import RunPlan
     from toolkit.spec.models import DataConfig, JobSpec
 
 #: The modules whose import registers the formats with behaviour.
@@ -50,7 +53,7 @@ class RunFormat:
             InputDataError: naming the file, line or row and what to do.
         """
 
-    def open(self, spec: "JobSpec", run_dir: "RunDirectory") -> "Dataset | None":
+    def open(self, plan: "RunPlan") -> "Dataset | None":
         """The run's rows, or None to read ``data.input`` as its format says."""
         return None
 
@@ -58,7 +61,7 @@ class RunFormat:
         """Rows staged for the run (``stages_rows`` formats), None until known."""
         return None
 
-    def finish(self, spec: "JobSpec", run_dir: "RunDirectory") -> str | None:
+    def finish(self, plan: "RunPlan") -> str | None:
         """Once every row is written: what else the format writes; a note for the summary."""
         return None
 
