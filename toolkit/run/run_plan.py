@@ -1,11 +1,13 @@
 """A run, resolved once: what :func:`~toolkit.run.preflight.preflight` found and decided.
 
-Everything after the checks reads the plan instead of going back to the spec: the
-pipeline its stages (each with its engine section, task contract, result columns and
-constraint, worked out once from the job's options), input reading the rows the
-checks counted, progress and the summary the run directory and its state. The spec
-stays in the plan as the record of what was asked (the run directory's fingerprint,
-the summary's accounting, the cluster's resource check).
+Everything after the checks reads the plan instead of going back to the spec, and no
+function after them takes the spec: the pipeline its stages (each with its engine
+section, task contract, result columns and constraint, worked out once from the job's
+options), input reading the rows the checks counted and the samples, progress and the
+summary the run directory, its state and its stages, the cluster's resource check the
+stages; the sections preflight takes as they are (``sampling``, ``checks``,
+``stop_loss``, ``compute``) are read through the plan. The spec stays in the plan as
+the record of what was asked (the run directory's fingerprint, the manifest).
 """
 
 from __future__ import annotations
