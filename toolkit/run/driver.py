@@ -51,6 +51,7 @@ from toolkit.run.run_plan import RunPlan
 from toolkit.run.run_stop import sigterm_as_ctrl_c
 from toolkit.spec.job_definition import JobDefinition
 from toolkit.spec.models import JobSpec
+from toolkit.spec.run_settings import EngineStages, StagesT
 from toolkit.spec.sample_sources import SampleProvider
 
 
@@ -193,7 +194,7 @@ def planned_rows(plan: RunPlan) -> int | None:
     run folder tell (``--rows``, a Parquet footer, a staged slice); None: unknown."""
     samples = plan.samples
     return plan.input_rows or expected_rows(
-        plan.spec, samples.default_rows if samples is not None else None, run_dir=plan.run_dir)
+        plan, samples.default_rows if samples is not None else None, run_dir=plan.run_dir)
 
 
 def watch_cluster(connection: RayConnection, plan: RunPlan,
@@ -271,16 +272,15 @@ def _run_on_ray(
             with sigterm_as_ctrl_c():
                 observer.connected(connection)
                 if connection.started_here:
-                    check_runs_locally(plan.spec)
+                    check_runs_locally(plan)
                     import ray
 
-                    fitted, notices = fit_pools_to_this_machine(
-                        plan.spec, ray.cluster_resources().get("CPU", 0))
-                    plan = plan.with_engines(dict(fitted.model_stages))
+                    plan, notices = fit_pools_to_this_machine(
+                        plan, ray.cluster_resources().get("CPU", 0))
                     for notice in notices:
                         observer.notice(notice)
                 if fit_check:  # a Ray started here never grows, whatever its monitor says
-                    check_cluster_fits(plan.spec, cluster_state(fixed=connection.started_here))
+                    check_cluster_fits(plan, cluster_state(fixed=connection.started_here))
                 # Its figures as Ray metrics, counted from the files the summary counts.
                 with ray_data_quiet(log_file is not None), \
                         recording_metrics(plan, lambda: planned_rows(plan),
@@ -300,7 +300,7 @@ def _run_on_ray(
                 raise ours from None
             if failed_write_errno(exc, plan.data.output):
                 raise  # a failed write: told by execute, with what the folder kept
-            died = engine_died_error(exc, restart_bounds(plan.spec), log_file)
+            died = engine_died_error(exc, restart_bounds(plan), log_file)
             if died is not None:
                 raise died from None
             raise
@@ -310,13 +310,13 @@ def _run_on_ray(
                 stop_local_ray()
 
 
-def restart_bounds(spec: JobSpec) -> list[tuple[str, int]]:
+def restart_bounds(stages: EngineStages) -> list[tuple[str, int]]:
     """``(field, max_restarts)`` of each model stage whose engine bounds its restarts."""
-    return [(field, getattr(engine, "restarts")) for field, engine in spec.model_stages
+    return [(field, getattr(engine, "restarts")) for field, engine in stages.model_stages
             if "max_restarts" in type(engine).model_fields]
 
 
-def check_runs_locally(spec: JobSpec) -> None:
+def check_runs_locally(stages: EngineStages) -> None:
     """Refuse, up front, an engine whose packages a Ray started on this machine lacks
     (its workers run this Python). Resources are checked for every cluster
     (:func:`~toolkit.run.ray.cluster_fit.check_cluster_fits`).
@@ -328,7 +328,7 @@ def check_runs_locally(spec: JobSpec) -> None:
 
     from toolkit.engines.torch_packages import mismatched_torch_extensions, uninstall_hint
 
-    for field, engine in spec.model_stages:
+    for field, engine in stages.model_stages:
         kind = engine_kind(engine)
         missing = [pip for module, pip in kind.packages.items()
                    if importlib.util.find_spec(module) is None]
@@ -350,7 +350,7 @@ def check_runs_locally(spec: JobSpec) -> None:
             )
 
 
-def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list[str]]:
+def fit_pools_to_this_machine(stages: StagesT, cpus: float) -> tuple[StagesT, list[str]]:
     """Fewer CPU engine workers where a Ray started here can't hold the pool asked for.
 
     A local Ray never grows, and a fixed pool waits for all its workers: the
@@ -361,14 +361,15 @@ def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list
     doesn't change results (it is not in the resume fingerprint).
 
     Returns:
-        The spec to run and a notice for each pool made smaller.
+        The stages to run (a plan: the plan with its smaller pools) and a notice for
+        each pool made smaller.
     """
-    on_cpu = [(field, engine) for field, engine in spec.model_stages
+    on_cpu = [(field, engine) for field, engine in stages.model_stages
               if not engine.gpus_per_worker]
     # Beside each: the engine's own CPU stages (Ray Data LLM's around vLLM on CPU).
     spare = cpus - READ_WRITE_CPUS - sum(e.num_cpus + e.helper_cpus for _, e in on_cpu)
     if spare < 0 or not on_cpu:
-        return spec, []  # not even one worker each: left for Ray to report
+        return stages, []  # not even one worker each: left for Ray to report
     updates: dict[str, Any] = {}
     notices = []
     for field, engine in on_cpu:
@@ -384,5 +385,5 @@ def fit_pools_to_this_machine(spec: JobSpec, cpus: float) -> tuple[JobSpec, list
                 f"{READ_WRITE_CPUS:g} kept for reading and writing): running {workers}. "
                 "Set --concurrency to choose.")
     if not updates:
-        return spec, []
-    return spec.with_engines(updates), notices
+        return stages, []
+    return stages.with_engines(updates), notices

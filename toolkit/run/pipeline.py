@@ -42,7 +42,6 @@ from toolkit.run.run_plan import RunPlan
 from toolkit.run.run_stop import StopOutcome, stopping_when
 from toolkit.run.stage_steps import apply_steps, plan_steps, write_resources
 from toolkit.run.stop_loss import STOP_LOSS_INTERVAL_S, StopLossWatch
-from toolkit.spec.models import JobSpec
 from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
@@ -68,8 +67,7 @@ def build_dataset(plan: RunPlan) -> tuple["Dataset", RunSource]:
         check_written_columns(plan.job, plan.spec, schema.names)
         seen["schema"] = schema
 
-    source = open_run_source(plan.spec, plan.run_dir, check_schema=check, samples=plan.samples,
-                             counted_rows=plan.input_rows)
+    source = open_run_source(plan, check_schema=check)
     return apply_steps(source.dataset, plan_steps(plan, seen["schema"])), source
 
 
@@ -121,6 +119,7 @@ def run_planned(
     """
     started = time.monotonic() if started is None else started
     job, spec, run_dir, state = plan.job, plan.spec, plan.run_dir, plan.state
+    data = plan.data
     if state is RunState.COMPLETE:
         done = completed_summary(plan, log_file)
         if done is not None:
@@ -135,7 +134,7 @@ def run_planned(
     ship_job_code_by_value(job)
     # Datasets copy Ray Data's context when they are created, so checkpointing is
     # switched on before the pipeline is built, not just before it runs.
-    config = checkpoint_config(run_dir, spec.data.id_column) if plan.resumable else None
+    config = checkpoint_config(run_dir, data.id_column) if plan.resumable else None
     with checkpointing(config):
         phase("reading the input")
         ds, source = build_dataset(plan)
@@ -146,12 +145,14 @@ def run_planned(
         # Rows stream from here; the engine's workers load the model as the first come.
         phase("loading the model")
         stopped = StopOutcome()
-        stop_loss = StopLossWatch(spec, WrittenRows(run_dir, spec.data.output_format, write_id),
-                                  first_error=lambda: first_error(run_dir, spec))
+        stop_loss = StopLossWatch(plan, data.output,
+                                  WrittenRows(run_dir, data.output_format, write_id),
+                                  first_error=lambda: first_error(run_dir, data.output_format))
         try:
-            with watching_resources(spec, on_notice, outcome=stopped), \
+            with watching_resources(plan, plan.compute.resource_wait_s, on_notice,
+                                    outcome=stopped), \
                     stopping_when(stop_loss, stopped, interval_s=STOP_LOSS_INTERVAL_S):
-                write_results(ds, run_dir, spec.data.output_format, write_id,
+                write_results(ds, run_dir, data.output_format, write_id,
                               write_resources(plan))
         except KeyboardInterrupt:
             if stopped.stopped_with is None:  # the user's Ctrl-C
@@ -169,10 +170,10 @@ def run_planned(
             run_dir.end_write(write_id)
             raise ended_with from None
     # Rows this run wrote, counted from the files' own metadata.
-    rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), spec.data.output_format)
+    rows_this_run = run_dir.count_rows(run_dir.end_write(write_id), data.output_format)
     notes = [source.note] if source.note else []
     # Before the summary: a summary means the run's files are all there.
-    finished_note = run_format(spec.data).finish(spec, run_dir)
+    finished_note = run_format(data).finish(plan)
     if finished_note:
         notes.append(finished_note)
     manifest = run_dir.read_manifest()
@@ -190,20 +191,20 @@ def run_planned(
         notes.append(f"Resumed: {rows_before:,} rows were already written by an earlier run.")
     # Edited while Ray read it (a --rows run reads the copy it staged first): the
     # manifest keeps what the run started from, so a rerun is refused until told.
-    changed = (file_changes(manifest.input, input_identity(spec.data))
-               if manifest is not None and spec.data.rows is None else [])
+    changed = (file_changes(manifest.input, input_identity(data))
+               if manifest is not None and data.rows is None else [])
     if changed:
         notes.append(
             f"WARNING: the input changed while this run read it ({'; '.join(changed)}), so "
             "its rows may answer either version. Run the same command with --input-changed "
             "redo to redo the rows that differ from the input as it is now.")
     summary = summarize_output(
-        job, spec, run_dir, seconds=time.monotonic() - started,
+        job, plan, run_dir, seconds=time.monotonic() - started,
         rows_in=rows_before + rows_this_run, rows_this_run=rows_this_run, notes=notes,
-        log_file=log_file, attempts=attempt_summaries(manifest),
+        log_file=log_file, attempts=attempt_summaries(manifest), options=plan.options,
     )
     run_dir.finish()
-    return with_report(summary, spec.data.output)
+    return with_report(summary, data.output)
 
 
 def with_report(summary: RunSummary, output: str) -> RunSummary:
@@ -218,12 +219,13 @@ def with_report(summary: RunSummary, output: str) -> RunSummary:
         return summary.model_copy(update={"notes": [*summary.notes, note]})
 
 
-def first_error(run_dir: RunDirectory, spec: JobSpec) -> str | None:
-    """One error row's message from the results written so far (None: none, or unreadable)."""
+def first_error(run_dir: RunDirectory, output_format: str) -> str | None:
+    """One error row's message from the results written so far, in ``output_format``
+    (None: none, or unreadable)."""
     import pyarrow.compute as pc
 
     try:
-        table = run_dir.open_results(spec.data.output_format).head(
+        table = run_dir.open_results(output_format).head(
             1, columns=[ERROR_COLUMN], filter=pc.field(ERROR_COLUMN).is_valid())
     except Exception:  # noqa: BLE001 - a file mid-write: the message goes without an example
         return None

@@ -79,7 +79,7 @@ def preflight(
         raise SpecError(f"Job {job.name}: two model stages write the same result column: "
                         f"{', '.join(clashes)}.", hint="Give each stage's results their own names.")
     check_output_holds(spec.data, {c: a for stage in stages for c, a in stage.results.items()})
-    custom_check_file(spec, job)  # the user's own check is a function of the project
+    custom_check_file(spec.checks, job)  # the user's own check is a function of the project
     # Before the output folder is touched: a refused input leaves nothing behind, and a
     # typo'd --input is named as one, not as another run's folder.
     input_rows = check_input(job, spec)

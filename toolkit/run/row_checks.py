@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from toolkit.spec.job_definition import JobDefinition
-    from toolkit.spec.models import JobSpec
 
 #: Result columns ending so hold the model's probability of its answer.
 CONFIDENCE_SUFFIX = "_confidence"
@@ -116,31 +115,32 @@ class RowChecks:
         return failed
 
 
-def custom_check_file(spec: "JobSpec", job: "JobDefinition[Any]") -> "Path | None":
+def custom_check_file(checks: ChecksConfig, job: "JobDefinition[Any]") -> "Path | None":
     """The file of the user's own check (``checks.custom``), checked to be a function of
     the project (the job file's folder, or the folder the command runs from)."""
-    if spec.checks.custom is None:
+    if checks.custom is None:
         return None
     from pathlib import Path
 
     from toolkit.spec.jobs.user_classes import check_user_function
 
     base = job.source_dir or Path.cwd()
-    return check_user_function(spec.checks.custom, "checks.custom", base=base,
+    return check_user_function(checks.custom, "checks.custom", base=base,
                                projects=[base, Path.cwd()])
 
 
-def row_checks(spec: "JobSpec", job: "JobDefinition[Any]") -> RowChecks:
-    """The checks of ``spec`` for its workers, with the user's own function imported."""
+def row_checks(checks: ChecksConfig, max_tokens: int, job: "JobDefinition[Any]") -> RowChecks:
+    """The run's ``checks`` for its workers (``max_tokens``: ``sampling.max_tokens``),
+    with the user's own function imported."""
     custom = None
-    path = custom_check_file(spec, job)
+    path = custom_check_file(checks, job)
     if path is not None:
         from ray import cloudpickle
 
         from toolkit.spec.jobs.catalog import import_job_file
 
         module = import_job_file(path)
-        custom = getattr(module, spec.checks.custom_name or "")
+        custom = getattr(module, checks.custom_name or "")
         # Workers can't import the user's file: the function goes by value.
         cloudpickle.register_pickle_by_value(module)
-    return RowChecks.from_config(spec.checks, spec.sampling.max_tokens, custom)
+    return RowChecks.from_config(checks, max_tokens, custom)

@@ -1,11 +1,13 @@
 """A run, resolved once: what :func:`~toolkit.run.preflight.preflight` found and decided.
 
-Everything after the checks reads the plan instead of going back to the spec: the
-pipeline its stages (each with its engine section, task contract, result columns and
-constraint, worked out once from the job's options), input reading the rows the
-checks counted, progress and the summary the run directory and its state. The spec
-stays in the plan as the record of what was asked (the run directory's fingerprint,
-the summary's accounting, the cluster's resource check).
+Everything after the checks reads the plan instead of going back to the spec, and no
+function after them takes the spec: the pipeline its stages (each with its engine
+section, task contract, result columns and constraint, worked out once from the job's
+options), input reading the rows the checks counted and the samples, progress and the
+summary the run directory, its state and its stages, the cluster's resource check the
+stages; the sections preflight takes as they are (``sampling``, ``checks``,
+``stop_loss``, ``compute``) are read through the plan. The spec stays in the plan as
+the record of what was asked (the run directory's fingerprint, the manifest).
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from toolkit.run.output.writer_lock import WriterLock
 from toolkit.spec.cascade import CASCADE_FIELD, CascadeConfig
 from toolkit.spec.engine_settings import EngineSettings
 from toolkit.spec.job_definition import JobDefinition
-from toolkit.spec.models import MAIN_STAGE, DataConfig, JobSpec
+from toolkit.spec.models import (
+    MAIN_STAGE,
+    CacheConfig,
+    ComputeConfig,
+    DataConfig,
+    JobSpec,
+    SamplingConfig,
+)
+from toolkit.spec.quality import ChecksConfig, StopLossConfig
 from toolkit.spec.row_contract import TASK_CONTRACTS, TaskContract
 from toolkit.spec.sample_sources import SampleProvider
 from toolkit.spec.stages import StageDefinition
@@ -124,6 +134,43 @@ class RunPlan:
     @property
     def data(self) -> DataConfig:
         return self.spec.data
+
+    # The sections preflight takes as they are, read through the plan (the parts
+    # toolkit.spec.run_settings names), so that nothing after it takes the spec.
+    @property
+    def sampling(self) -> SamplingConfig:
+        return self.spec.sampling
+
+    @property
+    def compute(self) -> ComputeConfig:
+        return self.spec.compute
+
+    @property
+    def checks(self) -> ChecksConfig:
+        return self.spec.checks
+
+    @property
+    def stop_loss(self) -> StopLossConfig:
+        return self.spec.stop_loss
+
+    @property
+    def cascade(self) -> CascadeConfig | None:
+        return self.spec.cascade
+
+    @property
+    def cache(self) -> CacheConfig | None:
+        return self.spec.cache
+
+    @property
+    def uses_sample_model(self) -> bool:
+        """The spec asked for a tiny random-weight model: results are not meaningful."""
+        return self.spec.uses_sample_model
+
+    @property
+    def model_stages(self) -> list[tuple[str, EngineSettings]]:
+        """Each stage's engine section with its spec path, in the order rows go
+        through them (:class:`~toolkit.spec.run_settings.EngineStages`)."""
+        return [(stage.field, stage.engine) for stage in self.stages]
 
     @property
     def dropped_columns(self) -> list[str]:

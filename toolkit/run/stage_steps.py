@@ -243,7 +243,7 @@ def _finish(plan: RunPlan, planned: PlannedStage, input_schema: "pa.Schema",
         "result_columns": list(planned.results),
         "engine_output": planned.contract.main_output,
         "strict_id_column": plan.data.id_column if spec.strict else None,
-        "checks": row_checks(spec, plan.job) if checked else None,
+        "checks": row_checks(plan.checks, plan.sampling.max_tokens, plan.job) if checked else None,
         "postprocess_batch": stage.postprocess_batch,
     }
 

@@ -20,21 +20,22 @@ from collections.abc import Callable
 from toolkit.errors import StopLossError
 from toolkit.redaction import redact
 from toolkit.run.progress.model import RowCounts, checks_text, row_counts
-from toolkit.spec.models import JobSpec
 from toolkit.spec.quality import BUILTIN_CHECKS
+from toolkit.spec.run_settings import StopLossRules
 
 #: Seconds between looks at the rows written (a listing of the output, and the
 #: footers of files new since the last look).
 STOP_LOSS_INTERVAL_S = 1.0
 
 
-def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
+def judge_rows(rules: StopLossRules, counts: RowCounts, output: str,
                first_error: Callable[[], str | None] = lambda: None, *,
                finished: bool = False) -> StopLossError | None:
     """The error that stops the run, or None while the rows written pass the stop-loss.
 
     Args:
-        spec: The run's spec (``stop_loss``; ``sampling.max_tokens`` for the advice).
+        rules: The run's plan (``stop_loss``; ``sampling.max_tokens`` for the advice),
+            or a spec.
         counts: The rows this run wrote so far.
         output: Where they are (for the retry command in the message).
         first_error: Reads one error row's message, for a run failing with errors.
@@ -42,7 +43,7 @@ def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
             fails the run after the fact rather than stopping it early.
     """
     output = redact(output)
-    limit = spec.stop_loss
+    limit = rules.stop_loss
     if limit.failure_rate is None or counts.rows < limit.min_rows:
         return None
     failing = counts.failed_rows
@@ -54,17 +55,17 @@ def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
     if worst is not None and checks[worst] >= counts.errors / 2:
         what = BUILTIN_CHECKS.get(worst, f"your check {worst} failed them")
         if worst == "truncated":
-            what = f"the answers were cut off at sampling.max_tokens={spec.sampling.max_tokens}"
+            what = f"the answers were cut off at sampling.max_tokens={rules.sampling.max_tokens}"
         cause = f"mostly {worst}: {what} (failed checks: {checks_text(counts.checks, counts.rows)})"
     else:
         example = first_error()
         cause = (f"{counts.errors:,} are error rows"
                  + (f", e.g. {example!r}" if example else ""))
-    fix = _advice(spec, worst)
+    fix = _advice(worst)
     share_text = (f"{failing:,} of the {'' if finished else 'first '}{counts.rows:,} rows "
                   f"failed ({share:.0f}%), past the stop-loss of {limit.failure_rate:.0%} "
                   f"after {limit.min_rows:,} rows; {cause}.")
-    retry = f"toolkit retry {output}{_retry_sets(spec, worst)}"
+    retry = f"toolkit retry {output}{_retry_sets(rules, worst)}"
     if finished:
         return StopLossError(
             f"Failed at its end: {share_text} The run wrote its last row before the "
@@ -80,7 +81,7 @@ def judge_rows(spec: JobSpec, counts: RowCounts, output: str,
     )
 
 
-def _advice(spec: JobSpec, worst: str | None) -> str:
+def _advice(worst: str | None) -> str:
     if worst == "truncated":
         return "Give the answers room: raise sampling.max_tokens."
     if worst == "invalid":
@@ -91,9 +92,9 @@ def _advice(spec: JobSpec, worst: str | None) -> str:
     return "Look at the error and failed_checks columns of the rows written."
 
 
-def _retry_sets(spec: JobSpec, worst: str | None) -> str:
+def _retry_sets(rules: StopLossRules, worst: str | None) -> str:
     if worst == "truncated":
-        return f" --set sampling.max_tokens={max(16, 4 * spec.sampling.max_tokens)}"
+        return f" --set sampling.max_tokens={max(16, 4 * rules.sampling.max_tokens)}"
     return ""
 
 
@@ -101,12 +102,13 @@ class StopLossWatch:
     """Counts the rows this run writes and judges them (``judge`` for
     :func:`~toolkit.run.run_stop.stopping_when`)."""
 
-    def __init__(self, spec: JobSpec, count: Callable[[], RowCounts | tuple[int, int]],
+    def __init__(self, rules: StopLossRules, output: str,
+                 count: Callable[[], RowCounts | tuple[int, int]],
                  first_error: Callable[[], str | None] = lambda: None) -> None:
-        self.spec, self.count, self.first_error = spec, count, first_error
+        self.rules, self.output, self.count, self.first_error = rules, output, count, first_error
 
     def __call__(self, *, finished: bool = False) -> StopLossError | None:
-        if self.spec.stop_loss.failure_rate is None:
+        if self.rules.stop_loss.failure_rate is None:
             return None
-        return judge_rows(self.spec, row_counts(self.count()), self.spec.data.output,
+        return judge_rows(self.rules, row_counts(self.count()), self.output,
                           self.first_error, finished=finished)

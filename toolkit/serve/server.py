@@ -61,7 +61,7 @@ def served_names(flags: RunFlags, endpoint: str | None = None) -> list[str]:
     spec = load_job_spec(load_job("openai-batch"), spec_file=Path(flags.spec_file)
                          if flags.spec_file else None, overrides=overrides,
                          sets=tuple(flags.sets), smoke=flags.smoke)
-    return served_model_names(spec)
+    return served_model_names(spec.options, spec.engine.model)
 
 
 def serve(config: ServeConfig, on_ready: Callable[[str], None] | None = None) -> None:

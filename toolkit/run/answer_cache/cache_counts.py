@@ -13,7 +13,7 @@ from toolkit.run.answer_cache.cache_steps import ANSWER_COLUMNS, BY_CACHE, BY_RE
 from toolkit.spec.cascade import ANSWERED_BY_COLUMN
 
 if TYPE_CHECKING:
-    from toolkit.spec.models import JobSpec
+    from toolkit.spec.models import CacheConfig
 
 _TOKENS = {"input_tokens_saved": "num_input_tokens",
            "output_tokens_saved": "num_generated_tokens"}
@@ -35,12 +35,12 @@ class CacheSummary(BaseModel):
         None, description="Tokens those rows' answers hold, which no model generated this run.")
 
 
-def cache_summary(dataset: Any, spec: "JobSpec") -> CacheSummary | None:
+def cache_summary(dataset: Any, cache: "CacheConfig | None") -> CacheSummary | None:
     """The cache's figures from the written rows; None for a run without a cache."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if spec.cache is None or ANSWERED_BY_COLUMN not in dataset.schema.names:
+    if cache is None or ANSWERED_BY_COLUMN not in dataset.schema.names:
         return None
     names = dataset.schema.names
     table = dataset.to_table(columns=[ANSWERED_BY_COLUMN,
@@ -50,7 +50,7 @@ def cache_summary(dataset: Any, spec: "JobSpec") -> CacheSummary | None:
     saved = pc.fill_null(saved, False)
     tokens = {field: int(pc.sum(pc.filter(table[column], saved)).as_py() or 0)
               for field, column in _TOKENS.items() if column in names}
-    return CacheSummary(location=redact(spec.cache.dir), sampled=spec.cache.sampled,
+    return CacheSummary(location=redact(cache.dir), sampled=cache.sampled,
                         rows_from_cache=int(pc.sum(pc.equal(by, BY_CACHE)).as_py() or 0),
                         rows_repeated=int(pc.sum(pc.equal(by, BY_REPEAT)).as_py() or 0),
                         **tokens)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from toolkit.run.output.run_directory import RunDirectory
+    from toolkit.run.run_plan import RunPlan
     from toolkit.spec.models import JobSpec
 
 
@@ -31,7 +32,7 @@ class RunFormat:
             InputDataError: naming the file, line or row and what to do.
         """
 
-    def open(self, spec: "JobSpec", run_dir: "RunDirectory") -> "Dataset | None":
+    def open(self, plan: "RunPlan") -> "Dataset | None":
         """The run's rows, or None to read ``data.input`` as its format says."""
         return None
 
@@ -39,7 +40,7 @@ class RunFormat:
         """Rows staged for the run (``stages_rows`` formats), None until known."""
         return None
 
-    def finish(self, spec: "JobSpec", run_dir: "RunDirectory") -> str | None:
+    def finish(self, plan: "RunPlan") -> str | None:
         """Once every row is written: what else the format writes; a note for the summary."""
         return None
 

@@ -13,8 +13,10 @@ other module of it names a format.
 
 The steps, in a run's order:
 
-1. :meth:`RunFormat.stage`, on the driver before Ray starts: a bad file fails here.
-2. :meth:`RunFormat.open`, the run's rows as a Ray Dataset (None: read as usual).
+1. :meth:`RunFormat.stage`, in preflight, before Ray starts (it takes the spec): a
+   bad file fails here.
+2. :meth:`RunFormat.open`, the run's rows as a Ray Dataset (None: read as usual);
+   from here on each step takes the run's plan.
 3. :meth:`RunFormat.staged_rows`, the rows the run will write once staged (progress).
 4. :meth:`RunFormat.finish`, once every row is written: e.g. another output file,
    returning a note for the summary.

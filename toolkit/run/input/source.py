@@ -38,8 +38,10 @@ from toolkit.run.input.formats import run_format
 from toolkit.run.input.reading import first_rows, input_schema, open_input
 from toolkit.run.output.run_directory import STAGED_INPUT_DIR, RunDirectory
 from toolkit.run.progress.sources import expected_rows
-from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
-from toolkit.spec.sample_sources import SampleProvider, require_sample
+from toolkit.run.run_plan import RunPlan
+from toolkit.spec.models import SAMPLE_PREFIX, DataConfig
+from toolkit.spec.run_settings import RunData
+from toolkit.spec.sample_sources import require_sample
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,36 +61,28 @@ class RunSource:
     note: str | None = None
 
 
-def open_run_source(
-    spec: JobSpec,
-    run_dir: RunDirectory,
-    check_schema: Callable[["pa.Schema"], None],
-    samples: SampleProvider | None = None,
-    counted_rows: int | None = None,
-) -> RunSource:
-    """The dataset a run reads, shaped so that a rerun can resume it.
+def open_run_source(plan: RunPlan, check_schema: Callable[["pa.Schema"], None]) -> RunSource:
+    """The dataset ``plan`` reads, shaped so that a rerun can resume it.
 
     ``check_schema`` sees the input's schema before anything is staged or run, so
     a missing column fails fast. The ids of a file input are checked next (unique,
     none missing: see :mod:`toolkit.run.input.checks`), from the rows the run reads;
     preflight has checked what it could before Ray started
     (:func:`~toolkit.run.input.checks.check_input`), so this catches what only the
-    run can read: a folder's or a remote file's first ``--rows``, as staged.
-
-    Args:
-        counted_rows: The input's rows, where preflight read every id already
-            (:attr:`~toolkit.run.run_plan.RunPlan.input_rows`): not read again.
+    run can read: a folder's or a remote file's first ``--rows``, as staged. Where
+    preflight read every id already (:attr:`~toolkit.run.run_plan.RunPlan.input_rows`),
+    they are not read again; ``sample:`` inputs come from the plan's ``samples``.
     """
     import ray.data
 
-    data = spec.data
+    data, run_dir, samples = plan.data, plan.run_dir, plan.samples
     if data.input.startswith(SAMPLE_PREFIX):
         name = require_sample("data.input", data.input, samples, "input")
         assert samples is not None
         ds = samples.open_input(name, data.rows, data.seed, data.partitions)
         check_schema(input_schema(ds, data.input))
         return RunSource(ds, True)
-    staged_by_format = run_format(data).open(spec, run_dir)
+    staged_by_format = run_format(data).open(plan)
     if staged_by_format is not None:  # its ids are checked as it stages them
         check_schema(input_schema(staged_by_format, data.input))
         return RunSource(staged_by_format, True)
@@ -98,12 +92,12 @@ def open_run_source(
     if data.input.startswith(HF_PREFIX):  # streamed: its ids can't be read ahead
         return RunSource(ds.limit(data.rows) if data.rows else ds, False, NOT_RESUMABLE_NOTE)
     if data.rows is None:
-        rows = counted_rows or check_input_ids(spec, schema.names)
+        rows = plan.input_rows or check_input_ids(data, schema.names)
         return RunSource(in_pieces(lambda blocks: open_input(data, blocks), input_format(data),
-                                   spec, rows), True)
-    staged = stage_input(spec, run_dir)
-    rows = check_input_ids(spec, schema.names, run_dir)
-    return RunSource(in_pieces(lambda _: ray.data.read_parquet(staged), "parquet", spec, rows),
+                                   plan, rows), True)
+    staged = stage_input(plan, run_dir)
+    rows = check_input_ids(data, schema.names, run_dir)
+    return RunSource(in_pieces(lambda _: ray.data.read_parquet(staged), "parquet", plan, rows),
                      True)
 
 
@@ -127,7 +121,7 @@ def rows_per_piece(total_rows: int | None, batch_size: int) -> int:
 SPLITTING_READERS = ("csv", "json")
 
 
-def in_pieces(open_blocks: Callable[[int | None], "Dataset"], fmt: str, spec: JobSpec,
+def in_pieces(open_blocks: Callable[[int | None], "Dataset"], fmt: str, plan: RunPlan,
               total_rows: int | None = None) -> "Dataset":
     """The run's input in blocks no larger than a piece.
 
@@ -149,8 +143,8 @@ def in_pieces(open_blocks: Callable[[int | None], "Dataset"], fmt: str, spec: Jo
         total_rows: The rows the run reads, where counted already (a CSV's ids);
             default: ``--rows``, or a Parquet input's count from its footers.
     """
-    batch_size = min(engine.batch_size for _, engine in spec.model_stages)
-    total_rows = total_rows or expected_rows(spec)
+    batch_size = plan.batch_size
+    total_rows = total_rows or expected_rows(plan)
     piece = rows_per_piece(total_rows, batch_size)
     if total_rows is None or fmt not in SPLITTING_READERS:
         # Ray fuses Read -> MapBatches -> StreamingRepartition, never Read -> StreamingRepartition.
@@ -166,7 +160,7 @@ def blocks_as_read(block: "pa.Table") -> "pa.Table":
     return block
 
 
-def check_input_ids(spec: JobSpec, columns: list[str],
+def check_input_ids(data: DataConfig, columns: list[str],
                     run_dir: RunDirectory | None = None) -> int | None:
     """Refuse repeated or missing ids, reading only ``data.id_column``: of the input
     file(s), or with ``run_dir`` of its staged ``--rows`` slice (exactly the rows run).
@@ -176,7 +170,6 @@ def check_input_ids(spec: JobSpec, columns: list[str],
     Returns:
         The rows read (the run's rows, counted for free), or None where unchecked.
     """
-    data = spec.data
     fmt = input_format(data)
     if fmt not in TABLE_FORMATS:  # a folder of pictures: ids are file paths
         return None
@@ -200,9 +193,10 @@ def check_input_ids(spec: JobSpec, columns: list[str],
     return len(ids)
 
 
-def stage_input(spec: JobSpec, run_dir: RunDirectory) -> str:
-    """Write the first ``data.rows`` input rows to ``<output>/_input`` once; return its path."""
-    data = spec.data
+def stage_input(run: RunData, run_dir: RunDirectory) -> str:
+    """Write the first ``data.rows`` input rows of ``run`` (its plan) to ``<output>/_input``
+    once; return its path."""
+    data = run.data
     assert data.rows is not None
     staged = run_dir.staged_input_path
     if run_dir.staged_input_complete():

@@ -10,14 +10,15 @@ from toolkit.redaction import redact
 from toolkit.run.answer_cache.cache_counts import CacheSummary, cache_summary
 from toolkit.run.output.run_directory import REPORT_FILE, SUMMARY_FILE, Manifest, RunDirectory
 from toolkit.run.row_checks import CONFIDENCE_SUFFIX
-from toolkit.spec.cascade import ANSWERED_BY_COLUMN
+from toolkit.spec.cascade import ANSWERED_BY_COLUMN, CascadeConfig
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN, FINISH_REASON_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from toolkit.spec.job_definition import JobDefinition
-    from toolkit.spec.models import JobSpec
+    from toolkit.spec.quality import ChecksConfig
+    from toolkit.spec.run_settings import EngineStages, SummarizedRun
 
 
 class StageSummary(BaseModel):
@@ -175,13 +176,15 @@ TOKEN_COLUMNS: tuple[str, ...] = (INPUT_TOKENS_COLUMN, OUTPUT_TOKENS_COLUMN)
 FIRST_TOKEN_COLUMNS: dict[str, str] = {name: f"{name}_first" for name in TOKEN_COLUMNS}
 
 
-def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
+def accounting(stages: "EngineStages", seconds: float, rows_per_second: float,
                token_totals: dict[str, int | None], resumed: bool) -> dict[str, Any]:
-    """The summary's accounting fields: workers, GPU-hours and token figures."""
-    workers = spec.engine.concurrency
-    gpus = spec.engine.gpus_per_worker
+    """The summary's accounting fields: workers, GPU-hours and token figures (workers:
+    the main, last stage's)."""
+    main = stages.model_stages[-1][1]
+    workers = main.concurrency
+    gpus = main.gpus_per_worker
     gpu_workers = sum(e.concurrency * e.gpus_per_worker
-                      for _, e in spec.model_stages)
+                      for _, e in stages.model_stages)
     inputs, outputs = token_totals.get(INPUT_TOKENS_COLUMN), token_totals.get(OUTPUT_TOKENS_COLUMN)
     tokens_per_second = None
     if inputs is not None and outputs is not None and seconds > 0 and not resumed:
@@ -197,9 +200,9 @@ def accounting(spec: "JobSpec", seconds: float, rows_per_second: float,
     }
 
 
-def stage_summaries(spec: "JobSpec") -> list[StageSummary]:
+def stage_summaries(stages: "EngineStages") -> list[StageSummary]:
     """Each model stage's engine section, earlier stages first; [] for a one-stage job."""
-    named = spec.model_stages
+    named = stages.model_stages
     if len(named) < 2:
         return []
     return [StageSummary(
@@ -275,7 +278,7 @@ def plain_values(arrow_type: "pa.DataType") -> bool:
 
 def summarize_output(
     job: "JobDefinition[Any]",
-    spec: "JobSpec",
+    run: "SummarizedRun",
     run_dir: RunDirectory,
     seconds: float,
     rows_in: int | None,
@@ -283,18 +286,24 @@ def summarize_output(
     notes: list[str] | None = None,
     log_file: str | None = None,
     attempts: list[Attempt] | None = None,
+    *,
+    options: Any = None,
 ) -> RunSummary:
     """Count the written rows and errors, pick sample results, save ``_summary.json``.
 
-    ``rows_in`` is Ray's own count of rows that entered preprocessing; when Ray
-    reports none, every written row is taken to have come in. ``log_file`` is where
-    Ray's own output went (:attr:`RunSummary.log_file`).
+    ``run`` is the run's plan (:class:`~toolkit.run.run_plan.RunPlan`), with its
+    ``options``; a caller without a plan passes the spec, whose options the job
+    works out. ``rows_in`` is Ray's own count of rows that entered preprocessing;
+    when Ray reports none, every written row is taken to have come in. ``log_file``
+    is where Ray's own output went (:attr:`RunSummary.log_file`).
     """
     import pyarrow.compute as pc
 
-    dataset = run_dir.open_results(spec.data.output_format)
-    id_column = spec.data.id_column
-    options = job.options_of(spec)
+    data = run.data
+    dataset = run_dir.open_results(data.output_format)
+    id_column = data.id_column
+    if options is None:
+        options = job.options_of(run)  # a spec (see above)
     # A multi-stage job's earlier stages' results first, as in the output.
     result_columns = [c for stage in job.stages for c in stage.result_columns(options)]
     errors = dataset.to_table(columns=[id_column, ERROR_COLUMN])
@@ -329,12 +338,12 @@ def summarize_output(
             f"WARNING: {rows_in:,} rows came in but {rows_written:,} are in the output; "
             "the output may hold files of an interrupted write; rerun with --overwrite."
         )
-    quality = answer_quality(dataset, spec, rows_written)
+    quality = answer_quality(dataset, run.checks, rows_written)
     rows_per_second = round(processed / seconds, 2) if seconds > 0 else 0.0
     resumed = rows_this_run is not None and rows_this_run != rows_written
     summary = RunSummary(
         job=job.name,
-        output=redact(spec.data.output),
+        output=redact(data.output),
         rows_in=rows_in if rows_in is not None else rows_written - (repeated or (0,))[0],
         rows_written=rows_written,
         rows_this_run=rows_this_run,
@@ -344,14 +353,14 @@ def summarize_output(
         else None,
         seconds=round(seconds, 2),
         rows_per_second=rows_per_second,
-        **accounting(spec, seconds, rows_per_second, _token_totals(dataset), resumed),
-        stages=stage_summaries(spec),
-        smoke=spec.uses_sample_model,
+        **accounting(run, seconds, rows_per_second, _token_totals(dataset), resumed),
+        stages=stage_summaries(run),
+        smoke=run.uses_sample_model,
         figures=figures,
         **quality,
         choices=declared_choices(job, options),
-        cascade=cascade_summary(dataset, spec),
-        cache=cache_summary(dataset, spec),
+        cascade=cascade_summary(dataset, run.cascade, run.model_stages[-1][1].model),
+        cache=cache_summary(dataset, run.cache),
         attempts=attempts or [],
         notes=notes,
         samples=good.to_pylist(),
@@ -362,13 +371,15 @@ def summarize_output(
     return summary
 
 
-def cascade_summary(dataset: Any, spec: "JobSpec") -> CascadeSummary | None:
-    """Rows answered by each model of a cascade, from the output's ``answered_by``."""
+def cascade_summary(dataset: Any, cascade: CascadeConfig | None,
+                    big: str) -> CascadeSummary | None:
+    """Rows answered by each model of a cascade (``cascade.model``, then the main
+    stage's ``big``), from the output's ``answered_by``."""
     import pyarrow.compute as pc
 
-    if spec.cascade is None or ANSWERED_BY_COLUMN not in dataset.schema.names:
+    if cascade is None or ANSWERED_BY_COLUMN not in dataset.schema.names:
         return None
-    small, big = spec.cascade.model, spec.engine.model
+    small = cascade.model
     names = dataset.schema.names
     table = dataset.to_table(columns=[ANSWERED_BY_COLUMN, *(
         c for c in (*TOKEN_COLUMNS, *FIRST_TOKEN_COLUMNS.values()) if c in names)])
@@ -388,7 +399,7 @@ def cascade_summary(dataset: Any, spec: "JobSpec") -> CascadeSummary | None:
         return {redact(model): int(tokens) for model, tokens in mine.items()}
 
     return CascadeSummary(small_model=redact(small), big_model=redact(big),
-                          escalate_below=spec.cascade.escalate_below,
+                          escalate_below=cascade.escalate_below,
                           answered_by={redact(k): v for k, v in answered.items()},
                           escalated=answered[big],
                           escalation_rate=round(answered[big] / reached, 4) if reached else 0.0,
@@ -433,7 +444,7 @@ def repeated_ids(ids: Any) -> tuple[int, str] | None:
                                          else "")
 
 
-def answer_quality(dataset: Any, spec: "JobSpec", rows: int) -> dict[str, Any]:
+def answer_quality(dataset: Any, checks: "ChecksConfig", rows: int) -> dict[str, Any]:
     """The summary's checks, finish reasons and confidences, from the columns a generate
     job writes (``failed_checks``, ``finish_reason``, ``*_confidence``); empty otherwise."""
     import pyarrow.compute as pc
@@ -446,7 +457,7 @@ def answer_quality(dataset: Any, spec: "JobSpec", rows: int) -> dict[str, Any]:
     table = dataset.to_table(columns=[*present, *confidence_columns])
     quality: dict[str, Any] = {}
     if FAILED_CHECKS_COLUMN in names:
-        enabled = [*spec.checks.enabled, *([spec.checks.custom_name] if spec.checks.custom else [])]
+        enabled = [*checks.enabled, *([checks.custom_name] if checks.custom else [])]
         counts = dict.fromkeys(enabled, 0)
         for text in table[FAILED_CHECKS_COLUMN].drop_null().to_pylist():
             for name in text.split(","):

@@ -13,7 +13,7 @@ finer: postprocess sees a block only once the engine has finished all of it, and
 the block's file is written by the same task a moment later. Either way progress
 moves a block at a time (``--partitions`` makes blocks smaller).
 
-:class:`WrittenRows` counts for a run that knows its spec (a local run, the
+:class:`WrittenRows` counts for a run that knows its plan (a local run, the
 cluster entrypoint); :class:`OutputRows` reads a run directory by its location
 alone (a watcher: the manifest gives the format and the spec). Both take the
 total from :func:`expected_rows`, the one function that knows it.
@@ -30,8 +30,9 @@ from toolkit.run.input.formats import run_format
 from toolkit.run.output.run_directory import RESULT_FILE_PREFIX, RunDirectory
 from toolkit.run.progress.model import Progress, RowCounts
 from toolkit.spec.cascade import ANSWERED_BY_COLUMN
-from toolkit.spec.models import DataConfig, JobSpec
+from toolkit.spec.models import DataConfig
 from toolkit.spec.row_contract import ERROR_COLUMN, FAILED_CHECKS_COLUMN
+from toolkit.spec.run_settings import RunData
 from toolkit.spec.sample_sources import sample_name
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 
 def expected_rows(
-    spec: JobSpec | Mapping[str, Any],
+    run: RunData | Mapping[str, Any],
     sample_rows: Mapping[str, int] | None = None,
     *,
     run_dir: RunDirectory | None = None,
@@ -54,7 +55,8 @@ def expected_rows(
     JSON inputs (a full read) and streamed datasets are unknown.
 
     Args:
-        spec: The spec, or its JSON form (a run directory's manifest).
+        run: The run's plan (or a spec), or the JSON form of its spec (a run
+            directory's manifest, as a watcher reads it).
         sample_rows: Default rows of each ``sample:`` input, by name (the sample
             provider's ``default_rows``); the run layer doesn't know samples itself.
         run_dir: Where the batch file is staged (default: ``data.output``).
@@ -62,7 +64,7 @@ def expected_rows(
             watcher elsewhere passes False: on a cluster a relative path is relative
             to the job's working directory, so only URIs and absolute paths are read.
     """
-    data = _data_config(spec)
+    data = _data_config(run)
     if data is None:
         return None
     behaviour = run_format(data)
@@ -91,11 +93,11 @@ def expected_rows(
         return None
 
 
-def _data_config(spec: JobSpec | Mapping[str, Any]) -> DataConfig | None:
-    """The spec's ``data`` section; from a manifest's JSON, the fields this version knows."""
-    if isinstance(spec, JobSpec):
-        return spec.data
-    data = spec.get("data")
+def _data_config(run: RunData | Mapping[str, Any]) -> DataConfig | None:
+    """The run's ``data`` section; from a manifest's JSON, the fields this version knows."""
+    if not isinstance(run, Mapping):
+        return run.data
+    data = run.get("data")
     if not isinstance(data, Mapping):
         return None
     try:

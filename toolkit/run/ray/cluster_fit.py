@@ -38,7 +38,7 @@ from toolkit.run.progress.model import Clock, format_duration
 from toolkit.run.run_stop import StopOutcome, stopping_when
 
 if TYPE_CHECKING:
-    from toolkit.spec.models import JobSpec
+    from toolkit.spec.run_settings import EngineStages
 
 #: CPUs a run keeps for Ray Data's reads, the job's own CPU steps and writes: tasks
 #: of one CPU each, which can't run while model workers hold every CPU.
@@ -77,12 +77,12 @@ class WorkerRequest:
                    for k in keys)
 
 
-def run_requests(spec: JobSpec) -> list[WorkerRequest]:
-    """What ``spec`` asks the cluster for: each model stage's workers (as its engine
-    kind declares them), the engine's own CPU stages beside them, and one CPU for
+def run_requests(stages: EngineStages) -> list[WorkerRequest]:
+    """What a run's ``stages`` ask the cluster for: each model stage's workers (as its
+    engine kind declares them), the engine's own CPU stages beside them, and one CPU for
     reading and writing."""
     requests = []
-    for name, engine in spec.model_stages:
+    for name, engine in stages.model_stages:
         requests.append(WorkerRequest(name, dict(engine.worker_resources),
                                       engine.workers_at_start))
         if engine.helper_cpus:
@@ -257,7 +257,7 @@ def shortfall_message(shortfall: Shortfall, nodes: Sequence[Resources]) -> str:
             "nodes: the run would wait at 0 rows forever.")
 
 
-def check_cluster_fits(spec: JobSpec, state: ClusterState | None) -> None:
+def check_cluster_fits(stages: EngineStages, state: ClusterState | None) -> None:
     """Refuse, before the pipeline starts, what a cluster that can't grow can never hold.
 
     Raises:
@@ -266,7 +266,7 @@ def check_cluster_fits(spec: JobSpec, state: ClusterState | None) -> None:
     """
     if state is None or state.can_grow is not False or not state.nodes:
         return  # an autoscaler may add the node; the watch says so while it waits
-    short = shortfalls(run_requests(spec), state.nodes)
+    short = shortfalls(run_requests(stages), state.nodes)
     if not short:
         return
     first = short[0]
@@ -447,7 +447,8 @@ class ResourceWatch:
 
 @contextlib.contextmanager
 def watching_resources(
-    spec: JobSpec,
+    stages: EngineStages,
+    resource_wait_s: float,
     on_notice: Callable[[str], None] | None,
     *,
     outcome: StopOutcome,
@@ -455,13 +456,15 @@ def watching_resources(
     read: Callable[[], ClusterState] = read_cluster_state,
     clock: Clock = time.monotonic,
 ) -> Iterator[None]:
-    """Watch the cluster for this run's requests while the block runs.
+    """Watch the cluster for the requests of a run's ``stages`` while the block runs;
+    it gives up on a request that waited ``resource_wait_s`` (``compute.resource_wait_s``)
+    for resources no node has.
 
     Notices go to ``on_notice`` (from a background thread). When the watch gives up,
     the run is stopped as :func:`~toolkit.run.run_stop.stopping_when` does, with
     ``outcome.stopped_with`` a :class:`ResourcesUnavailableError`.
     """
-    watch = ResourceWatch(run_requests(spec), spec.compute.resource_wait_s, clock)
+    watch = ResourceWatch(run_requests(stages), resource_wait_s, clock)
 
     def judge() -> ResourcesUnavailableError | None:
         notice, give_up = watch.look(read())

@@ -87,12 +87,15 @@ from toolkit.run.input.openai_batch.request_rows import (
     completion_request,
     embedding_request,
     parse_request_line,
+    run_endpoint,
     served_model_names,
     text_rows,
 )
 from toolkit.run.input.openai_batch.tool_calls import ToolCall, tool_call
 from toolkit.run.output.run_directory import RunDirectory
-from toolkit.spec.models import JobSpec
+from toolkit.run.run_plan import RunPlan
+from toolkit.spec.engine_settings import EngineSettings
+from toolkit.spec.models import DataConfig, JobSpec
 
 __all__ = [
     "BODY_COLUMN", "CHAT_COMPLETIONS_URL", "COMPLETIONS_URL", "CONTENT_COLUMN",
@@ -101,7 +104,7 @@ __all__ = [
     "FileScan", "OpenAIBatchFormat", "OpenAIBatchOptions", "RequestError", "ToolCall",
     "UnusableLine", "batch_output_line", "batch_output_lines", "chat_request",
     "completion_request", "embedding_request", "first_endpoint", "parse_request_line",
-    "refused_lines", "request_lines", "scan_requests", "served_model_names",
+    "refused_lines", "request_lines", "run_endpoint", "scan_requests", "served_model_names",
     "shown_custom_id", "split_reasoning", "text_rows", "tool_call",
 ]
 
@@ -114,18 +117,24 @@ class OpenAIBatchFormat(RunFormat):
     stages_rows = True
 
     def stage(self, spec: JobSpec, run_dir: RunDirectory) -> None:
-        stage_requests(spec, run_dir)
+        _stage(spec.data, run_dir, spec.options, spec.engine)
 
-    def open(self, spec: JobSpec, run_dir: RunDirectory) -> "Any":
+    def open(self, plan: RunPlan) -> "Any":
         # Scanned and staged once: ids checked, bad lines kept as error rows.
-        stage_requests(spec, run_dir)
-        return read_staged_requests(run_dir)
+        _stage(plan.data, plan.run_dir, plan.options, plan.stages[-1].engine)
+        return read_staged_requests(plan.run_dir)
 
     def staged_rows(self, run_dir: RunDirectory) -> int | None:
         return staged_request_count(run_dir)
 
-    def finish(self, spec: JobSpec, run_dir: RunDirectory) -> str | None:
-        return write_batch_output(run_dir, spec)
+    def finish(self, plan: RunPlan) -> str | None:
+        return write_batch_output(plan.run_dir, plan.data, plan.stages[-1].engine.model)
+
+
+def _stage(data: DataConfig, run_dir: RunDirectory, options: Any, engine: EngineSettings) -> None:
+    """The request file staged for a run of ``engine`` (the main, last stage's)."""
+    stage_requests(data, run_dir, served=served_model_names(options, engine.model),
+                   endpoint=run_endpoint(options, engine.task))
 
 
 register_format(OPENAI_BATCH_FORMAT, OpenAIBatchFormat())

@@ -26,7 +26,7 @@ from toolkit.run.input.openai_batch.request_rows import (
     URL_COLUMN,
 )
 from toolkit.run.output.run_directory import BATCH_OUTPUT_FILE, STAGED_INPUT_DIR, RunDirectory
-from toolkit.spec.models import JobSpec
+from toolkit.spec.models import DataConfig
 from toolkit.spec.row_contract import ERROR_COLUMN
 
 if TYPE_CHECKING:
@@ -42,10 +42,10 @@ def refused_lines(rows: Iterator[dict[str, Any]], created: int) -> Iterator[dict
                                     row[MODEL_COLUMN] or "", created, row[STATUS_COLUMN])
 
 
-def write_refused_output(run_dir: RunDirectory, spec: JobSpec,
+def write_refused_output(run_dir: RunDirectory, output: str,
                          clock=time.time) -> tuple[str, str]:
     """``_batch_output.jsonl`` from the staged rows alone, every one refused before it
-    ran: where it is (as the user gave the output folder) and its first error."""
+    ran: where it is (under ``output``, as the user gave the folder) and its first error."""
     import pyarrow.dataset as pads
 
     table = pads.dataset(f"{run_dir.root}/{STAGED_INPUT_DIR}", filesystem=run_dir.fs,
@@ -53,7 +53,7 @@ def write_refused_output(run_dir: RunDirectory, spec: JobSpec,
     lines = list(refused_lines(iter(table.to_pylist()), int(clock())))
     _write_lines(run_dir, iter(lines))
     first = lines[0]["response"]["body"]["error"]["message"] if lines else ""
-    return f"{spec.data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}", first
+    return f"{output.rstrip('/')}/{BATCH_OUTPUT_FILE}", first
 
 
 def _rows_in_order(run_dir: RunDirectory, file_format: str,
@@ -156,14 +156,16 @@ def _write_lines(run_dir: RunDirectory, lines: Iterator[dict[str, Any]]) -> int:
     return count
 
 
-def write_batch_output(run_dir: RunDirectory, spec: JobSpec, clock=time.time) -> str:
+def write_batch_output(run_dir: RunDirectory, data: DataConfig, model: str,
+                       clock=time.time) -> str:
     """Write ``_batch_output.jsonl`` from the run's result files; return a note naming it.
 
     One line per written row (every request: answered or with its error), ordered
-    by the request file's line numbers.
+    by the request file's line numbers; ``model`` (``engine.model``) answers the lines
+    whose rows don't name one.
     """
-    count = _write_lines(run_dir, batch_output_lines(run_dir, spec.data.output_format,
-                                                     spec.engine.model, int(clock())))
-    shown = f"{spec.data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}"
+    count = _write_lines(run_dir, batch_output_lines(run_dir, data.output_format,
+                                                     model, int(clock())))
+    shown = f"{data.output.rstrip('/')}/{BATCH_OUTPUT_FILE}"
     return (f"Batch API output: {shown} ({count:,} lines, one per "
             "request, matched by custom_id).")

@@ -28,12 +28,10 @@ from toolkit.run.input.openai_batch.request_rows import (
     REQUEST_ERROR_COLUMN,
     UnusableLine,
     parse_request_line,
-    run_endpoint,
-    served_model_names,
     text_rows,
 )
 from toolkit.run.output.run_directory import STAGED_INPUT_DIR, RunDirectory
-from toolkit.spec.models import JobSpec
+from toolkit.spec.models import DataConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -173,8 +171,12 @@ def scan_requests(source: str, served: Sequence[str] | None, scan: FileScan,
         yield from text_rows(row)
 
 
-def stage_requests(spec: JobSpec, run_dir: RunDirectory, clock=time.time) -> str:
+def stage_requests(data: DataConfig, run_dir: RunDirectory, *, served: Sequence[str],
+                   endpoint: str, clock=time.time) -> str:
     """Scan ``data.input`` once into ``<output>/_input`` (Parquet); return its path.
+
+    Each line is checked against the run's ``endpoint`` (:func:`~.request_rows.run_endpoint`) and
+    the model names it ``served`` (:func:`~.request_rows.served_model_names`).
 
     The first ``data.rows`` requests (non-blank lines) are staged, in blocks of
     ``ceil(requests / data.partitions)`` rows (default 256), so progress and
@@ -189,7 +191,6 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory, clock=time.time) -> str
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    data = spec.data
     staged = run_dir.staged_input_path
     if run_dir.staged_input_complete():
         return staged
@@ -214,8 +215,7 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory, clock=time.time) -> str
             rows = []
 
     run_dir.fs.create_dir(f"{run_dir.root}/{STAGED_INPUT_DIR}", recursive=True)
-    for row in scan_requests(data.input, served_model_names(spec), scan, limit=data.rows,
-                             endpoint=run_endpoint(spec)):
+    for row in scan_requests(data.input, served, scan, limit=data.rows, endpoint=endpoint):
         rows.append(row)
         if len(rows) >= block and not scan.unusable:  # a file refused needs no more blocks
             flush()
@@ -241,7 +241,7 @@ def stage_requests(spec: JobSpec, run_dir: RunDirectory, clock=time.time) -> str
         run_dir.clear_staged_input()
         raise refused
     if scan.runnable == 0:
-        shown, first = write_refused_output(run_dir, spec, clock)
+        shown, first = write_refused_output(run_dir, data.output, clock)
         run_dir.clear_staged_input()
         raise InputDataError(
             f"data.input: none of the {scan.requests:,} requests in {data.input} can run "

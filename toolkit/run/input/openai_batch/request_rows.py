@@ -25,7 +25,7 @@ from toolkit.run.input.openai_batch.line_shapes import (
     validated,
 )
 from toolkit.run.input.openai_batch.tool_calls import function_call
-from toolkit.spec.models import JobSpec, StrictModel
+from toolkit.spec.models import StrictModel
 
 #: Columns of a staged request file, in order. ``custom_id`` is the row id;
 #: ``line`` the 1-based line number; ``body`` the request body as compact JSON text
@@ -83,20 +83,21 @@ class OpenAIBatchOptions(StrictModel):
                           "input file's first request.")
 
 
-def run_endpoint(spec: JobSpec) -> str:
-    """The endpoint a run answers: ``options.endpoint``, else the one its task serves."""
-    endpoint = getattr(spec.options, "endpoint", None)
+def run_endpoint(options: Any, task: str) -> str:
+    """The endpoint a run answers: ``options.endpoint``, else the one its ``task``
+    (``engine.task``) serves."""
+    endpoint = getattr(options, "endpoint", None)
     if endpoint:
         return str(endpoint)
-    return next((url for url, task in ENDPOINT_TASKS.items() if task == spec.engine.task),
+    return next((url for url, served in ENDPOINT_TASKS.items() if served == task),
                 CHAT_COMPLETIONS_URL)
 
 
-def served_model_names(spec: JobSpec) -> list[str]:
+def served_model_names(options: Any, model: str) -> list[str]:
     """What a line's ``body.model`` may say: the job's ``served_model_names``, else
-    ``engine.model`` (as vLLM serves a model under its path or id by default)."""
-    names = getattr(spec.options, "served_model_names", None)
-    return list(names) if names else [spec.engine.model]
+    ``model``, ``engine.model`` (as vLLM serves a model under its path or id by default)."""
+    names = getattr(options, "served_model_names", None)
+    return list(names) if names else [model]
 
 
 class UnusableLine(ValueError):
