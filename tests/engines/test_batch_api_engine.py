@@ -162,3 +162,35 @@ def test_a_batch_that_expired_half_done_keeps_its_lines_and_sends_only_the_rest(
         custom_id: served[custom_id]["content"] for custom_id in lines}
     assert all(answer["error"] is None and answer["num_generated_tokens"] > 0
                for answer in answers.values())
+
+
+def test_rows_are_cut_into_files_within_the_providers_limits():
+    from toolkit.engines.batch_api.request_files import split_files, too_large
+
+    lines = [(f"r{i}", b"x" * 10) for i in range(7)]
+    assert [len(f) for f in split_files(lines, max_lines=3, max_bytes=1000)] == [3, 3, 1]
+    assert [len(f) for f in split_files(lines, max_lines=100, max_bytes=25)] == [2, 2, 2, 1]
+    assert too_large(b"x" * 26, 25) == ("engine: the request is 26 bytes, more than a "
+                                         "provider file may hold (engine.bytes_per_file 25)")
+
+
+def test_error_lines_become_error_rows_with_the_providers_status_and_message():
+    from toolkit.engines.batch_api.answers import line_answer, read_lines
+
+    refused = line_answer({"custom_id": "a", "response": {"status_code": 404, "body": {
+        "error": {"message": "The model `gpt-5` does not exist."}}}, "error": None})
+    assert refused["error"] == "provider error 404: The model `gpt-5` does not exist."
+    assert refused["generated_text"] is None
+    failed = line_answer({"custom_id": "b", "response": None, "error": {
+        "code": "server_error", "message": "The server had an error."}})
+    assert failed["error"] == "provider error: The server had an error."
+    # A line its batch expired before running is no answer: it goes again.
+    expired = {"custom_id": "b", "response": None, "error": {
+        "code": "batch_expired", "message": "This request could not be executed before "
+                                            "the completion window expired."}}
+    assert read_lines(json.dumps(expired) + "\n") == {}
+    answered = line_answer({"custom_id": "c", "response": {"status_code": 200, "body": {
+        "choices": [{"message": {"content": "Retail"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 2}}}, "error": None})
+    assert (answered["generated_text"], answered["num_input_tokens"],
+            answered["num_generated_tokens"], answered["error"]) == ("Retail", 9, 2, None)

@@ -23,6 +23,9 @@ from toolkit.spec.row_contract import (
     RAY_LLM_ERROR_COLUMN,
 )
 
+#: The error codes of a line its batch ended before running (OpenAI lists them in
+#: the error file): not an answer, so the line is sent again.
+UNFINISHED_CODES = frozenset({"batch_expired", "batch_cancelled"})
 #: What the stage adds to every row.
 ANSWER_COLUMNS = (GENERATED_TEXT_COLUMN, "num_input_tokens", "num_generated_tokens",
                   FINISH_REASON_COLUMN, GENERATED_LOGPROB_COLUMN, ERROR_COLUMN,
@@ -53,10 +56,14 @@ def line_answer(line: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_lines(text: str) -> dict[str, dict[str, Any]]:
-    """Each line of an output or error file, by ``custom_id`` (blank lines skipped)."""
+    """Each line of an output or error file that its batch ran, by ``custom_id``
+    (blank lines and lines of :data:`UNFINISHED_CODES` skipped)."""
     found = {}
     for raw in text.splitlines():
         if raw.strip():
             line = json.loads(raw)
+            error = line.get("error")
+            if isinstance(error, Mapping) and error.get("code") in UNFINISHED_CODES:
+                continue
             found[str(line.get("custom_id"))] = line
     return found
