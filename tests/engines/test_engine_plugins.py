@@ -14,7 +14,7 @@ import pytest
 
 PLUGIN = Path(__file__).parent / "echo_plugin"
 TOOLKIT = str(Path(sys.executable).parent / "toolkit")
-BUILT_IN = ["vllm", "transformers", "http", "sklearn", "python"]
+BUILT_IN = ["vllm", "transformers", "http", "sklearn", "python", "batch-api"]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def toolkit(*args: str, cwd: Path, site: Path | None = None) -> subprocess.Compl
 
 def test_an_installed_engine_plugin_runs_a_job(plugin_site: Path, tmp_path: Path) -> None:
     shown = toolkit("run", "--help", cwd=tmp_path, site=plugin_site)
-    assert "[vllm|transformers|http|sklearn|python|echo]" in shown.stdout
+    assert "[vllm|transformers|http|sklearn|python|batch-api|echo]" in shown.stdout
     assert "echo (answers every row the same)" in " ".join(shown.stdout.split())
 
     done = toolkit("run", "text-industry", "--smoke", "--rows", "30", "--engine", "echo",
@@ -69,7 +69,7 @@ def test_a_plugin_that_fails_to_load_is_named_and_the_built_ins_stay(tmp_path: P
     refused = toolkit("show", "text-industry", "--set", "engine.kind=broken", cwd=tmp_path,
                       site=tmp_path / "site")
     assert refused.returncode == 2
-    assert "use one of vllm, transformers, http, sklearn, python (the installed engine " \
+    assert "use one of vllm, transformers, http, sklearn, python, batch-api (the installed engine " \
            "plugin broken = no_such_module:KIND failed to load: ModuleNotFoundError: No " \
            "module named 'no_such_module')" in " ".join(refused.stderr.split())
 

@@ -97,7 +97,8 @@ def test_the_processor_is_ray_data_llms_http_stage(local_ray):
      "engine.base_url is required for kind: http"),
     ([*HTTP, "engine.accelerator_type=L4"], "the http engine can't honour accelerator_type L4"),
     (["engine.qps=3", "engine.base_url=http://x/v1"],
-     "engine.base_url, engine.qps only apply to kind: http"),
+     "engine.base_url only applies to kind: http or batch-api, not vllm; remove it or "
+     "set kind: http; engine.qps only applies to kind: http"),
     ([*HTTP, "engine.base_url=127.0.0.1:8000"], "is not an http:// or https:// URL"),
 ])
 def test_settings_that_dont_fit_the_engine_are_refused_by_name(sets, message):

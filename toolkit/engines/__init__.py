@@ -13,11 +13,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from toolkit.engines.model_source import ModelLocation
     from toolkit.spec.engine_settings import EngineSettings
+
+
+class EngineRecords(Protocol):
+    """Small JSON records an engine keeps in the run folder as it goes (a provider's
+    file and batch ids), so a rerun of the run finds them. The run layer hands one
+    over (:class:`toolkit.run.output.engine_records.RunFolderRecords`); it is
+    picklable, so the engine's Ray tasks read and write it too."""
+
+    def claim(self) -> None:
+        """On the driver, before any record is written: the run folder's manifest
+        records the folder as the toolkit's."""
+
+    def read_all(self) -> dict[str, dict[str, Any]]:
+        """Every record, by name."""
+
+    def write(self, name: str, content: dict[str, Any]) -> None:
+        """Write record ``name`` whole (replacing it), once the run still holds its
+        folder."""
 
 
 @dataclass(frozen=True)
@@ -30,11 +48,17 @@ class StageInputs:
             ``engine.model`` as it is). A ``sample:`` model travels to the engine's
             workers as such and is built where they run.
         options: The job's options (a user's predictor class reads its columns there).
+        id_column: The input's id column (``data.id_column``), which names a row to
+            a service that answers rows out of order (a Batch API's ``custom_id``).
+        records: Where the stage may keep records of its own in the run folder
+            (None: nowhere, e.g. a token count outside a run).
     """
 
     multimodal: bool = False
     model: "ModelLocation | None" = None
     options: Any = None
+    id_column: str | None = None
+    records: EngineRecords | None = None
 
 
 #: A function of an Arrow batch, and the keyword arguments it is called with.

@@ -1,6 +1,6 @@
 """The registry of engine kinds: the built-in ones, and those other packages add.
 
-An engine kind (``engine.kind``: vllm, transformers, http, sklearn, python) is one
+An engine kind (``engine.kind``: vllm, transformers, http, sklearn, python, batch-api) is one
 package, ``toolkit/engines/<kind>/``, whose ``kind.py`` declares an
 :class:`~toolkit.engines.engine_kind.EngineKind` named ``KIND``: the tasks it runs, its
 typed settings (a subclass of :class:`~toolkit.spec.engine_settings.EngineSettings`),
@@ -53,7 +53,7 @@ ENTRY_POINT_GROUP = "toolkit.engines"
 #: The built-in kinds' modules, in the order of --engine's choices and of messages
 #: that list kinds.
 BUILTIN_KIND_MODULES = tuple(f"toolkit.engines.{name}.kind" for name in (
-    "vllm", "transformers", "http", "sklearn", "python"))
+    "vllm", "transformers", "http", "sklearn", "python", "batch_api"))
 
 
 _KINDS: dict[str, EngineKind] = {}

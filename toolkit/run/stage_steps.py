@@ -47,6 +47,7 @@ from toolkit.run.cascade_rows import (
     mark_reached,
     transit_fields,
 )
+from toolkit.run.output.engine_records import RunFolderRecords
 from toolkit.run.row_checks import row_checks
 from toolkit.run.row_steps import (
     Prepare,
@@ -136,7 +137,8 @@ def plan_steps(plan: RunPlan, input_schema: "pa.Schema") -> list[Step]:
         last = index == len(plan.stages) - 1
         one_step = last and last_in_one_step
         inputs = StageInputs(multimodal=planned.definition.multimodal, model=planned.model,
-                             options=plan.options)
+                             options=plan.options, id_column=plan.data.id_column,
+                             records=RunFolderRecords.of(plan.run_dir, planned.field))
         prepared = _prepare(plan, index, planned)
         if not one_step:
             fused = row_step_resources(planned.engine)

@@ -43,8 +43,10 @@ class EngineSettings(StrictModel):
             "throughput, or its CPU backend), 'transformers' (our own actor pool over "
             "Hugging Face transformers; CPU and small GPUs), 'http' (an OpenAI-compatible "
             "server at engine.base_url, through Ray Data LLM's HTTP processor), 'sklearn' "
-            "(a scikit-learn-compatible model file, task tabular) or 'python' (your own "
-            "predictor class, model: file.py:Class, task custom). The chat engines take "
+            "(a scikit-learn-compatible model file, task tabular), 'python' (your own "
+            "predictor class, model: file.py:Class, task custom) or 'batch-api' (an "
+            "OpenAI-compatible Batch API at engine.base_url, at its batch price; answers "
+            "come when its batches end). The chat engines take "
             "the same messages and give the same output."
         )
     )

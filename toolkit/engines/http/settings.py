@@ -17,6 +17,22 @@ from toolkit.spec.engine_settings import (
 from toolkit.spec.env_names import check_env_name
 
 
+def no_credentials_in_url(value: str | None, instead: str) -> str | None:
+    """``value``, a server's URL, unless it carries credentials (which would be written
+    into the run's files); ``instead`` says where the key goes.
+
+    Raises:
+        ValueError: it does (shown redacted).
+    """
+    if value is not None and redact(value) != value:
+        raise ValueError(
+            f"{redact(value)} carries credentials in the URL, which would be written "
+            "into the run's files; put the key in an environment variable and name "
+            f"it in {instead} instead"
+        )
+    return value
+
+
 class HttpSettings(EngineSettings):
     # Sent with each request (vLLM's server reads it).
     chat_template_kwargs: dict[str, Any] = chat_template_kwargs_field()
@@ -55,14 +71,8 @@ class HttpSettings(EngineSettings):
     @field_validator("base_url")
     @classmethod
     def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        if value is not None and redact(value) != value:
-            raise ValueError(
-                f"{redact(value)} carries credentials in the URL, which would be written "
-                "into the run's files; put the key in an environment variable and name "
-                "it in engine.api_key_env (sent as 'Authorization: Bearer ...') or "
-                "engine.headers_from_env instead"
-            )
-        return value
+        return no_credentials_in_url(value, "engine.api_key_env (sent as 'Authorization: "
+                                            "Bearer ...') or engine.headers_from_env")
 
     @field_validator("api_key_env")
     @classmethod

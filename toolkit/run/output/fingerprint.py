@@ -34,6 +34,11 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "engine.retry_wait_s",
     "engine.api_key_env",
     "engine.headers_from_env",
+    # batch-api: how rows are cut into the provider's files, and how often it is polled
+    "engine.requests_per_file",
+    "engine.bytes_per_file",
+    "engine.poll_interval_s",
+    "engine.max_poll_interval_s",
     # a cascade's small model: its pool, as engine's
     "cascade.batch_size",
     "cascade.concurrency",

@@ -16,7 +16,10 @@ Parquet/Arrow readers skip them:
 - ``_logs/run.log``: Ray's and the engine's own output during ``toolkit run``
   (the terminal shows only the toolkit's progress), appended to by each run;
 - ``_batch_output.jsonl``: the Batch API output file of an OpenAI batch run
-  (:mod:`toolkit.run.input.openai_batch`), written once the run is complete.
+  (:mod:`toolkit.run.input.openai_batch`), written once the run is complete;
+- ``_engine_records/``: what an engine keeps while a run is unfinished, so a rerun
+  finds it (the batch-api engine's provider file and batch ids, one JSON file per
+  provider batch; :mod:`toolkit.run.output.engine_records`).
 
 Ownership goes by the manifest, not by names: the manifest lists the write ids and,
 in ``made``, each bookkeeping path the toolkit makes here (``_checkpoint``, ``_input``,
@@ -79,6 +82,8 @@ RUN_LOG_FILE = f"{LOGS_DIR}/run.log"
 REPORT_FILE = "_report.html"
 #: The Batch API output file of a ``data.format: openai-batch`` run.
 BATCH_OUTPUT_FILE = "_batch_output.jsonl"
+#: Engines' own records while a run is unfinished (``<stage field>/<name>.json``).
+ENGINE_RECORDS_DIR = "_engine_records"
 #: Held by the one run writing here (see :mod:`toolkit.run.output.writer_lock`).
 LOCK_FILE = "_lock.json"
 RESULT_FILE_PREFIX = "part-"
@@ -98,7 +103,7 @@ def bookkeeping() -> tuple[str, ...]:
     """Every name the toolkit may make in a run directory besides its result files;
     the only names a manifest's ``made`` may claim."""
     return (CHECKPOINT_DIR, STAGED_INPUT_DIR, RUN_LOG_FILE, SUMMARY_FILE, REPORT_FILE,
-            BATCH_OUTPUT_FILE)
+            BATCH_OUTPUT_FILE, ENGINE_RECORDS_DIR)
 
 
 class RunState(enum.Enum):
@@ -369,11 +374,13 @@ class RunDirectory:
             WriterFencedError: another run took the folder over meanwhile (this one was
                 paused past the lock's takeover); nothing more may be written.
         """
-        fence = self._fence()
+        fence = self.fence()
         if fence is not None:
             fence.check()
 
-    def _fence(self) -> Fence | None:
+    def fence(self) -> Fence | None:
+        """The check of the lock this process holds on the folder (None: it holds none),
+        for what its Ray workers write there."""
         return fence_of(folder_key(self.root, self.location, self.is_local))
 
     def check_no_link(self, name: str) -> None:
@@ -553,7 +560,7 @@ class RunDirectory:
             if manifest.owns(name) and name != LOCK_FILE:
                 self.fs.delete_file(self._fs_path(name))
                 deleted.append(name)
-        for directory in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
+        for directory in (CHECKPOINT_DIR, STAGED_INPUT_DIR, ENGINE_RECORDS_DIR):
             self.check_no_link(directory)
             if directory in manifest.made and self.fs.get_file_info(
                     self._fs_path(directory)).type == pyarrow.fs.FileType.Directory:
@@ -576,7 +583,7 @@ class RunDirectory:
 
         names = FilenameProvider(dataset_uuid=f"{RESULT_FILE_PREFIX}{write_id}",
                                  file_format=file_format)
-        fence = self._fence()
+        fence = self.fence()
         # The workers check the lock before each file (a run may wake to find it taken).
         return names if fence is None else FencedFilenames(names, fence)
 
@@ -641,13 +648,14 @@ class RunDirectory:
         return pads.dataset(self.result_files(), filesystem=self.fs, format=file_format)
 
     def finish(self) -> None:
-        """After the summary is written: the checkpoint and staged input are no longer needed.
+        """After the summary is written: the checkpoint, staged input and engines' records
+        are no longer needed (a ``toolkit retry`` of the finished run asks afresh).
 
         They leave the manifest too, so a folder of that name made later is not the toolkit's.
         """
         self.check_still_ours()  # the checkpoint it deletes may be the new owner's by now
         manifest = self._require_manifest()
-        for name in (CHECKPOINT_DIR, STAGED_INPUT_DIR):
+        for name in (CHECKPOINT_DIR, STAGED_INPUT_DIR, ENGINE_RECORDS_DIR):
             if name in manifest.made:
                 if self.exists(name):
                     self.check_no_link(name)
@@ -701,8 +709,29 @@ class RunDirectory:
             with contextlib.suppress(OSError):
                 os.unlink(self._fs_path(partial))
 
+    def write_claimed(self, name: str, content: dict[str, Any]) -> None:
+        """Write a JSON file inside a folder the manifest already claims (an engine's
+        record, from a Ray worker: the manifest is the driver's to write)."""
+        if self.is_local:
+            os.makedirs(os.path.dirname(self._fs_path(name)), exist_ok=True)
+        self._replace(name, json.dumps(content, indent=2).encode())
+
     def read_json(self, name: str) -> dict[str, Any] | None:
         return self._read_json(name)
+
+    def json_files(self, folder: str) -> dict[str, dict[str, Any]]:
+        """Every whole JSON file directly in ``folder``, by name without ``.json``."""
+        import pyarrow.fs
+
+        self.check_no_link(folder)
+        selector = pyarrow.fs.FileSelector(self._fs_path(folder), allow_not_found=True)
+        found = {}
+        for info in self.fs.get_file_info(selector):
+            if info.type == pyarrow.fs.FileType.File and info.base_name.endswith(".json"):
+                content = self._read_json(f"{folder}/{info.base_name}")
+                if content is not None:
+                    found[info.base_name.removesuffix(".json")] = content
+        return found
 
     def _read_json(self, name: str) -> dict[str, Any] | None:
         self.check_no_link(name)
