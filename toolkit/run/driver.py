@@ -287,7 +287,9 @@ def _run_on_ray(
                                           outlive=not connection.started_here):
                     summary = run_planned(plan, log_file=log_file, on_notice=observer.notice,
                                           on_phase=on_phase, started=started,
-                                          check_tokens=check_tokens)
+                                          check_tokens=check_tokens,
+                                          dashboard_url=None if connection.started_here
+                                          else connection.dashboard_url)
                 if reporter is not None:
                     reporter.ended(summary.seconds, summary.rows_per_second)
                 return summary

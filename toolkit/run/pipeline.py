@@ -17,6 +17,7 @@ Ray and calls :func:`run_planned` is :mod:`toolkit.run.driver`.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -30,6 +31,7 @@ from toolkit.run.input.source import RunSource, checkpoint_config, checkpointing
 from toolkit.run.output.report import write_report
 from toolkit.run.output.run_directory import RunDirectory, RunState
 from toolkit.run.output.summary import (
+    MetricsPlace,
     RunSummary,
     attempt_summaries,
     read_summary,
@@ -92,6 +94,7 @@ def run_planned(
     on_phase: Callable[[str], None] | None = None,
     started: float | None = None,
     check_tokens: bool = False,
+    dashboard_url: str | None = None,
 ) -> RunSummary:
     """Run a checked plan (:func:`~toolkit.run.preflight.preflight`) on the connected
     Ray cluster; the written-output summary. The caller releases the plan.
@@ -106,6 +109,8 @@ def run_planned(
         check_tokens: First count every row's prompt tokens
             (:mod:`toolkit.run.prompt_tokens`) and refuse the run if any row is
             longer than the model takes.
+        dashboard_url: The Ray Dashboard of a cluster that outlives the run: the
+            summary says where the run's metrics are (none for a Ray started here).
 
     Raises:
         InputDataError: bad input, found before any model loads; with
@@ -202,6 +207,9 @@ def run_planned(
         job, plan, run_dir, seconds=time.monotonic() - started,
         rows_in=rows_before + rows_this_run, rows_this_run=rows_this_run, notes=notes,
         log_file=log_file, attempts=attempt_summaries(manifest), options=plan.options,
+        metrics=None if dashboard_url is None else MetricsPlace(
+            job=job.name, write_id=write_id, dashboard=f"{dashboard_url}/#/metrics",
+            grafana=os.environ.get("RAY_GRAFANA_HOST") or None),
     )
     run_dir.finish()
     return with_report(summary, data.output)

@@ -98,6 +98,11 @@ def test_a_submitted_runs_figures_in_prometheus_are_its_summarys(project, two_no
                  query.replace("$job", "mixed-industry").replace("$write_id", write_id),
                  start=started, end=time.time())]
     assert not empty, empty
+    # The summary, and so `toolkit status`, says where they are and which series are its.
+    assert summary["metrics"]["write_id"] == write_id
+    assert summary["metrics"]["job"] == "mixed-industry"
+    assert summary["metrics"]["dashboard"].endswith("/#/metrics")
+    assert f"write_id={write_id}" in done.stdout
 
 
 def test_a_stopped_and_resumed_runs_counters_add_up_to_the_rows_on_disk(

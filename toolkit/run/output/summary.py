@@ -86,6 +86,25 @@ class CascadeSummary(BaseModel):
         None, description="Tokens each model generated, counted as input_tokens.")
 
 
+class MetricsPlace(BaseModel):
+    """Where a run on a Ray cluster that outlives it shows its metrics
+    (``toolkit_*``, see docs/clusters.md), and the tags that pick out its series."""
+
+    job: str = Field(description="The metrics' job tag (exported_job in Prometheus).")
+    write_id: str = Field(description="The metrics' write_id tag: this run's.")
+    dashboard: str | None = Field(
+        None, description="The Ray Dashboard's Metrics view, as the driver's Ray names it.")
+    grafana: str | None = Field(
+        None, description="The Grafana the Ray Dashboard embeds (RAY_GRAFANA_HOST), if set.")
+
+    def describe(self) -> str:
+        """One line: where, then the tags."""
+        where = [w for w in (self.dashboard, self.grafana and f"Grafana {self.grafana}") if w]
+        return (", ".join(where) + " " if where else "") + (
+            f"(toolkit_* series with job={self.job}, write_id={self.write_id}; "
+            "toolkit dashboard writes their Grafana panels)")
+
+
 class RunSummary(BaseModel):
     job: str
     output: str
@@ -152,6 +171,10 @@ class RunSummary(BaseModel):
     cache: CacheSummary | None = Field(
         None, exclude_if=lambda value: value is None,
         description="The answer cache's rows and the tokens it saved (a run with cache:).")
+    metrics: MetricsPlace | None = Field(
+        None, exclude_if=lambda value: value is None,
+        description="Where the run's metrics are, for a run on a Ray cluster that outlives "
+        "it (none for a Ray started by the run, whose metrics end with it).")
     attempts: list[Attempt] = Field(
         default_factory=list, description="The first run and each retry, oldest first "
         "(empty for a run never retried).")
@@ -288,6 +311,7 @@ def summarize_output(
     attempts: list[Attempt] | None = None,
     *,
     options: Any = None,
+    metrics: MetricsPlace | None = None,
 ) -> RunSummary:
     """Count the written rows and errors, pick sample results, save ``_summary.json``.
 
@@ -361,6 +385,7 @@ def summarize_output(
         choices=declared_choices(job, options),
         cascade=cascade_summary(dataset, run.cascade, run.model_stages[-1][1].model),
         cache=cache_summary(dataset, run.cache),
+        metrics=metrics,
         attempts=attempts or [],
         notes=notes,
         samples=good.to_pylist(),

@@ -42,6 +42,8 @@ def format_summary(summary: RunSummary, locations: bool = True) -> str:
             lines.append(f"  report:        {summary.report}")
     if summary.log_file:
         lines.append(f"  ray log:       {summary.log_file}")
+    if summary.metrics is not None:
+        lines.append(f"  metrics:       {summary.metrics.describe()}")
     if summary.samples:
         lines.append("  sample results:")
         lines += [f"    {_one_line(row)}" for row in summary.samples]
