@@ -151,6 +151,11 @@ class RunSummary(BaseModel):
     cache: CacheSummary | None = Field(
         None, exclude_if=lambda value: value is None,
         description="The answer cache's rows and the tokens it saved (a run with cache:).")
+    nodes_taken_back: list[dict[str, Any]] = Field(
+        default_factory=list, exclude_if=lambda value: not value,
+        description="Worker nodes drained during the run (spot preemption, idle "
+        "termination): each node's id, address, reason and deadline; Ray redid the "
+        "blocks they held. Absent when none was.")
     attempts: list[Attempt] = Field(
         default_factory=list, description="The first run and each retry, oldest first "
         "(empty for a run never retried).")
@@ -358,8 +363,13 @@ def summarize_output(
         first_errors=bad.to_pylist(),
         log_file=log_file,
     )
-    run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
+    save_summary(summary, run_dir)
     return summary
+
+
+def save_summary(summary: RunSummary, run_dir: RunDirectory) -> None:
+    """Write ``summary`` as the run's ``_summary.json`` (credentials redacted)."""
+    run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
 
 
 def cascade_summary(dataset: Any, spec: "JobSpec") -> CascadeSummary | None:
