@@ -85,13 +85,19 @@ def test_a_worker_taken_back_mid_run_is_named_and_every_id_written_once(
     second = None
     try:
         _wait_for_nodes(head, 2)
+        # Its CPUs reported too: the run's fit check places the engine on them.
+        ready_by = time.monotonic() + 60
+        while list(node_ids(head).values()) != [2]:
+            assert time.monotonic() < ready_by, node_ids(head)
+            time.sleep(1)
+        time.sleep(3)
         (first_id,) = node_ids(head)
         out = tmp_path / "out"
         env = {**os.environ, "RAY_AUTH_MODE": "token"}
         env.pop("RAY_ADDRESS", None)
         run = subprocess.Popen(
             [TOOLKIT, "run", "text-industry", "--smoke", "--rows", str(ROWS), "--output",
-             str(out), "--address", head.gcs_address, "--partitions", "24",
+             str(out), "--address", head.gcs_address, "--partitions", "24", "--concurrency", "1",
              "--set", "engine.num_cpus=2", "--set", "engine.batch_size=4",
              "--set", "engine.max_restarts=4"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -99,7 +105,7 @@ def test_a_worker_taken_back_mid_run_is_named_and_every_id_written_once(
             # Mid-run: once the first results are written.
             deadline = time.monotonic() + 240
             while not list(out.glob("part-*")) and not list(out.glob("*.parquet")):
-                assert run.poll() is None, run.communicate()
+                assert run.poll() is None, run.communicate()[1][-3000:]
                 assert time.monotonic() < deadline, "no rows written in 240 s"
                 time.sleep(1)
             drained = subprocess.run(
