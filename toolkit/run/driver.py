@@ -35,7 +35,7 @@ from toolkit.errors import (
 from toolkit.run.input.identity import InputChanged
 from toolkit.run.metrics.recorder import recording_metrics
 from toolkit.run.output.run_directory import RunState
-from toolkit.run.output.summary import RunSummary
+from toolkit.run.output.summary import NodeTakenBack, RunSummary, save_summary
 from toolkit.run.output.write_failure import failed_write_errno, failed_writes_explained
 from toolkit.run.pipeline import completed_summary, run_planned
 from toolkit.run.preflight import preflight
@@ -47,6 +47,7 @@ from toolkit.run.ray.cluster_fit import READ_WRITE_CPUS, check_cluster_fits, clu
 from toolkit.run.ray.connection import RayConnection, connect_ray, ray_target, stop_local_ray
 from toolkit.run.ray.gcs_watch import lost_after_s, reconnect_timeout_s, watch_gcs, watchable
 from toolkit.run.ray.log_output import output_to, ray_data_quiet
+from toolkit.run.ray.node_drains import NodeWatch, watching_nodes
 from toolkit.run.run_plan import RunPlan
 from toolkit.run.run_stop import sigterm_as_ctrl_c
 from toolkit.spec.job_definition import JobDefinition
@@ -232,6 +233,45 @@ def watch_cluster(connection: RayConnection, plan: RunPlan,
     return watch_gcs(address, on_silent=silent, on_lost=lost, lost_after=lost_after_s())
 
 
+def watch_nodes(connection: RayConnection, observer: RunObserver,
+                reporter: ProgressReporter | None) -> tuple[NodeWatch | None, Callable[[], None]]:
+    """Watch the joined cluster's nodes for drains (spot preemption,
+    :mod:`~toolkit.run.ray.node_drains`): each told as a notice, the progress line
+    counting them. A Ray started here has no nodes to take back."""
+    if connection.started_here:
+        return None, lambda: None
+
+    def told(drain: Any) -> None:
+        then = ("; Ray places no new work there and redoes the blocks it held"
+                if not drain.gone else "; Ray redoes the blocks it held elsewhere")
+        observer.notice(drain.describe()[0].upper() + drain.describe()[1:] + then + ".")
+
+    watch, stop = watching_nodes(told)
+    if reporter is not None:
+        reporter.nodes = watch.text
+    return watch, stop
+
+
+def with_nodes_taken_back(summary: RunSummary, watch: NodeWatch | None,
+                          plan: RunPlan) -> RunSummary:
+    """``summary`` naming the nodes taken back during the run (a field and a note),
+    saved again as the run's ``_summary.json``; as it was when none was."""
+    if watch is None:
+        return summary
+    with contextlib.suppress(Exception):  # a last look: a drain in the final seconds
+        watch.look()
+    drains = watch.drains
+    if not drains:
+        return summary
+    note = (f"{watch.text()} during the run: "
+            + "; ".join(d.describe() for d in drains)
+            + ". Ray redid the blocks they held; every row is written once.")
+    summary = summary.model_copy(update={
+        "nodes_taken_back": [NodeTakenBack(**d.as_json()) for d in drains], "notes": [*summary.notes, note]})
+    save_summary(summary, plan.run_dir)
+    return summary
+
+
 def _run_on_ray(
     plan: RunPlan,
     observer: RunObserver,
@@ -267,6 +307,7 @@ def _run_on_ray(
     with output_to(log_file, job.name), progress:
         connection = connect_ray(address, output=plan.data.output, dashboard=dashboard)
         stop_watch = watch_cluster(connection, plan, observer)
+        node_watch, stop_nodes = watch_nodes(connection, observer, reporter)
         try:
             # ray.init set SIGTERM to exit at once (sys.exit): for the run it is a stop again.
             with sigterm_as_ctrl_c():
@@ -290,6 +331,7 @@ def _run_on_ray(
                                           check_tokens=check_tokens,
                                           dashboard_url=None if connection.started_here
                                           else connection.dashboard_url)
+                summary = with_nodes_taken_back(summary, node_watch, plan)
                 if reporter is not None:
                     reporter.ended(summary.seconds, summary.rows_per_second)
                 return summary
@@ -308,6 +350,7 @@ def _run_on_ray(
             raise
         finally:
             stop_watch()
+            stop_nodes()
             if log_file and connection.started_here:
                 stop_local_ray()
 

@@ -86,6 +86,19 @@ class CascadeSummary(BaseModel):
         None, description="Tokens each model generated, counted as input_tokens.")
 
 
+class NodeTakenBack(BaseModel):
+    """A worker node drained during the run (``toolkit.run.ray.node_drains``)."""
+
+    node_id: str = Field(description="Ray's node id (hex).")
+    node_ip: str | None = Field(None, description="The node's address.")
+    reason: str | None = Field(
+        None, description="preemption, idle termination, or null where Ray has not said.")
+    deadline: float | None = Field(
+        None, description="When the node was to go (seconds since the epoch); null: none.")
+    message: str | None = Field(None, description="The drain's own words, once it died.")
+    gone: bool = Field(False, description="The node died during the run.")
+
+
 class MetricsPlace(BaseModel):
     """Where a run on a Ray cluster that outlives it shows its metrics
     (``toolkit_*``, see docs/clusters.md), and the tags that pick out its series."""
@@ -175,6 +188,11 @@ class RunSummary(BaseModel):
         None, exclude_if=lambda value: value is None,
         description="Where the run's metrics are, for a run on a Ray cluster that outlives "
         "it (none for a Ray started by the run, whose metrics end with it).")
+    nodes_taken_back: list[NodeTakenBack] = Field(
+        default_factory=list, exclude_if=lambda value: not value,
+        description="Worker nodes drained during the run (spot preemption, idle "
+        "termination): each node's id, address, reason and deadline; Ray redid the "
+        "blocks they held. Absent when none was.")
     attempts: list[Attempt] = Field(
         default_factory=list, description="The first run and each retry, oldest first "
         "(empty for a run never retried).")
@@ -392,8 +410,13 @@ def summarize_output(
         first_errors=bad.to_pylist(),
         log_file=log_file,
     )
-    run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
+    save_summary(summary, run_dir)
     return summary
+
+
+def save_summary(summary: RunSummary, run_dir: RunDirectory) -> None:
+    """Write ``summary`` as the run's ``_summary.json`` (credentials redacted)."""
+    run_dir.write_json(SUMMARY_FILE, redact(summary.model_dump(mode="json")))
 
 
 def cascade_summary(dataset: Any, cascade: CascadeConfig | None,

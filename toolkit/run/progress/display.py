@@ -79,6 +79,8 @@ def format_progress(progress: Progress, interactive: bool, width: int = 80) -> s
     answered = answered_text(p.answered_by)
     if errors and answered:
         errors = f"{errors}, answered by {answered}"
+    if p.nodes:
+        errors = f"{errors}, {p.nodes}" if errors else p.nodes
     rate = f"{p.rows_per_second:,.1f} rows/s" if p.rows_per_second is not None else "? rows/s"
     if p.phase is not None:  # no row yet: rows/s and the ETA would say nothing
         rate, eta = p.phase, None

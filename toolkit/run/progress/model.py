@@ -55,6 +55,8 @@ class Progress:
             ``reading the input``, ``loading the model``); None once rows come.
         checks: Rows that failed each check so far, by name (generate jobs).
         answered_by: A cascade's rows so far by the model that answered them.
+        nodes: What the cluster's nodes did that the run must say (``1 node taken
+            back (preemption)``); None when nothing.
     """
 
     rows_done: int | None = None
@@ -68,6 +70,7 @@ class Progress:
     phase: str | None = None
     checks: tuple[tuple[str, int], ...] | None = None
     answered_by: tuple[tuple[str, int], ...] | None = None
+    nodes: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The ``progress`` object of ``toolkit status --output json``."""
@@ -99,6 +102,8 @@ class Progress:
         answered = answered_text(self.answered_by)
         if answered:
             parts.append(f"answered by {answered}")
+        if self.nodes:
+            parts.append(self.nodes)
         return ", ".join(parts)
 
 
@@ -247,6 +252,8 @@ class ProgressReporter:
         #: shown until this run writes a row.
         self.phase: str | None = None
         self._ended: tuple[float, float] | None = None
+        #: What the cluster's nodes did, asked on each poll (the driver's node watch).
+        self.nodes: Callable[[], str | None] | None = None
 
     def ended(self, seconds: float, rows_per_second: float) -> None:
         """The run's own duration and rate (its summary's): the finished poll shows
@@ -285,7 +292,8 @@ class ProgressReporter:
                         source="output", error_rows=errors,
                         elapsed_seconds=elapsed, finished=finished,
                         phase=self.phase if waiting else None,
-                        checks=counts.checks or None, answered_by=counts.answered or None)
+                        checks=counts.checks or None, answered_by=counts.answered or None,
+                        nodes=self.nodes() if self.nodes is not None else None)
 
 
 def polling(look: Callable[[], None], interval_s: float, *,
