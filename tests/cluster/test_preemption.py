@@ -84,7 +84,7 @@ def test_a_worker_taken_back_mid_run_is_named_and_every_id_written_once(
     first = join_worker(head, cpus=2)
     second = None
     try:
-        _wait_for_nodes(head, 2)
+        _wait_for_nodes(head, 2, timeout_s=240)  # a loaded CI machine starts raylets slowly
         # Its CPUs reported too: the run's fit check places the engine on them.
         ready_by = time.monotonic() + 60
         while list(node_ids(head).values()) != [2]:
