@@ -189,10 +189,11 @@ def _answer_steps(plan: RunPlan, planned: PlannedStage,
                   fused: Mapping[str, Any]) -> tuple[RowStep, RowStep] | None:
     """A chat stage's steps around its model (:mod:`toolkit.run.answer_cache`): the
     answer cache's look-up, and each repeated prompt sent once, before it; the
-    answers settled and stored after it."""
-    if not planned.contract.chat:
-        return None
+    answers settled and stored after it. Only with ``cache:``: a run without one has
+    the same steps, and the same Ray Data plan, as before the cache existed."""
     cache = plan.spec.cache
+    if not planned.contract.chat or cache is None:
+        return None
     location = None if cache is None else (
         cache.dir if "://" in cache.dir else os.path.abspath(os.path.expanduser(cache.dir)))
     before = {"context": stage_context(planned.model, planned.engine),

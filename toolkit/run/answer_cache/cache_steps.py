@@ -166,7 +166,12 @@ def _unpacked(batch: "pa.Table") -> "pa.Table":
     answer = {*ANSWER_COLUMNS, ERROR_COLUMN, RAY_LLM_ERROR_COLUMN, STORED, REPEATS}
     for name in copies.column_names:
         if name in own.column_names and name not in answer:
-            copies = _set(copies, name, _as_type(own.column(name), copies.column(name).type))
+            column = _as_type(own.column(name), copies.column(name).type)
+            # None: a column the engine rewrote in a type of its own (Ray Data LLM
+            # pickles the messages): the prompt, which a repeat shares with its first
+            # row by its key, so the first row's stands.
+            if column is not None:
+                copies = _set(copies, name, column)
     copies = _set(copies, REPEATS, pa.array([""] * copies.num_rows))
     batch = _set(batch, ANSWERED_BY_COLUMN, by)
     copies = _set(copies, ANSWERED_BY_COLUMN, pa.array([BY_REPEAT] * copies.num_rows))
@@ -174,12 +179,17 @@ def _unpacked(batch: "pa.Table") -> "pa.Table":
 
 
 def _as_type(column: Any, arrow_type: "pa.DataType") -> Any:
+    """``column`` as ``arrow_type``; None where its values can't be."""
     import pyarrow as pa
 
+    failures = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
     try:
         return column.cast(arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return pa.array([plain(v) for v in column.to_pylist()], type=arrow_type)
+    except failures:
+        try:
+            return pa.array([plain(v) for v in column.to_pylist()], type=arrow_type)
+        except failures:
+            return None
 
 
 def _pack(rows: "pa.Table") -> str:
