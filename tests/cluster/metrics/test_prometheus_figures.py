@@ -11,7 +11,6 @@ disk.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.cluster.test_submitted_run import toolkit
 from toolkit.cluster.backends.ray_jobs import RayJobsBackend
 from toolkit.run.metrics import instruments as m
 from toolkit.run.metrics.dashboard import dashboard_json, panel_queries
@@ -31,13 +31,6 @@ RESUMED_ROWS = 240
 FAILING_PROMPT = 'Company: {{ Company | trim }} {{ "" if (Index | int) % 7 else 1 // 0 }}'
 RUN_FLAGS = ("--smoke", "--input", "customers.csv", "--set", "checks.min_confidence=0.15",
              "--set", "stop_loss.failure_rate=null")
-
-
-def toolkit(*args: str, cwd: Path, address: str, timeout: float = 600
-            ) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_ADDRESS": address}
-    return subprocess.run(["toolkit", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 @pytest.fixture

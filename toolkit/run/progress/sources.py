@@ -161,8 +161,11 @@ class WrittenRows:
                 self._counted[info.path] = (stamp, counts)
         return self._totals(present)
 
+    #: What no file adds up to (a subclass counting more figures has its own).
+    _nothing: RowCounts = RowCounts(0, 0, 0)
+
     def _totals(self, paths: set[str]) -> RowCounts:
-        total = RowCounts(0, 0, 0)
+        total = self._nothing
         for path in paths:
             if path in self._counted:
                 total = total + self._counted[path][1]
