@@ -305,6 +305,19 @@ def test_every_stage_pool_and_the_reading_cpu_are_placed_together() -> None:
     assert shortfalls(requests, [{"CPU": 2.0}, {"CPU": 3.0}]) == []
 
 
+def test_the_reading_cpu_goes_where_it_leaves_the_engine_room_whatever_the_node_order() -> None:
+    job = load_job("text-industry")
+    spec = load_job_spec(job, overrides={"engine.kind": "transformers",
+                                         "engine.accelerator_type": "none",
+                                         "engine.num_cpus": 2, "engine.concurrency": 1})
+    requests = run_requests(spec)
+    # A 2-CPU worker listed before a 1-CPU head: the head reads and writes.
+    assert shortfalls(requests, [{"CPU": 2.0}, {"CPU": 1.0}]) == []
+    assert shortfalls(requests, [{"CPU": 1.0}, {"CPU": 2.0}]) == []
+    (short,) = shortfalls(requests, [{"CPU": 2.0}])
+    assert (short.request.stage, short.placed, short.fits_no_node) == ("engine", 0, False)
+
+
 def test_a_worker_larger_than_every_node_is_named_with_the_largest_node() -> None:
     job = load_job("text-industry")
     spec = load_job_spec(job, overrides={"engine.kind": "transformers",

@@ -125,28 +125,40 @@ def fits(resources: Resources, node: Resources) -> bool:
     return all(node.get(k, 0.0) + 1e-9 >= v for k, v in resources.items() if v > 0)
 
 
+def _placed(order: Sequence[WorkerRequest], nodes: Sequence[Resources]) -> dict[int, int]:
+    """Workers of each request (by ``id``) placed in ``order``, each on the node it
+    leaves least room on (best fit): a small piece never takes the one node a large
+    worker needs while a smaller node can hold it."""
+    free = [dict(node) for node in nodes]
+    placed: dict[int, int] = {}
+    for request in order:
+        room = [n for n in free if fits(request.resources, n)]
+        if room:
+            node = min(room, key=lambda n: sum(n.get(k, 0.0) - v
+                                               for k, v in request.resources.items()))
+            for k, v in request.resources.items():
+                node[k] = node.get(k, 0.0) - v
+            placed[id(request)] = placed.get(id(request), 0) + 1
+    return placed
+
+
 def shortfalls(requests: Sequence[WorkerRequest], nodes: Iterable[Resources]) -> list[Shortfall]:
     """The requests that ``nodes`` (total resources) can't hold all at once.
 
-    The pipeline's own CPUs are placed first, so what doesn't fit is a model stage's
-    pool (which the user sizes); then workers largest first (GPU workers, then by
-    CPUs), each on the first node with room.
+    Workers are placed largest first (GPU workers, then by CPUs), each where it leaves
+    least room (the order of Ray's node list says nothing). Where they don't all fit,
+    the pipeline's own CPUs are placed first, so what is named short is a model
+    stage's pool (which the user sizes).
     """
-    free = [dict(node) for node in nodes]
-    order = sorted(((r, i) for r in requests for i in range(r.workers)),
-                   key=lambda item: (item[0].is_model_stage,
-                                     -item[0].resources.get("GPU", 0.0),
-                                     -item[0].resources.get("CPU", 0.0)))
-    placed: dict[int, int] = {id(r): 0 for r in requests}
-    for request, _ in order:
-        for node in free:
-            if fits(request.resources, node):
-                for k, v in request.resources.items():
-                    node[k] = node.get(k, 0.0) - v
-                placed[id(request)] += 1
-                break
-    return [Shortfall(r, placed[id(r)], not any(fits(r.resources, n) for n in nodes))
-            for r in requests if placed[id(r)] < r.workers]
+    nodes = list(nodes)
+    workers = [r for r in requests for _ in range(r.workers)]
+    by_size = sorted(workers, key=lambda r: (-r.resources.get("GPU", 0.0),
+                                             -r.resources.get("CPU", 0.0)))
+    if sum(_placed(by_size, nodes).values()) == len(workers):
+        return []
+    placed = _placed(sorted(by_size, key=lambda r: r.is_model_stage), nodes)
+    return [Shortfall(r, placed.get(id(r), 0), not any(fits(r.resources, n) for n in nodes))
+            for r in requests if placed.get(id(r), 0) < r.workers]
 
 
 # -- saying it -------------------------------------------------------------------------
