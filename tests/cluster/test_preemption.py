@@ -116,7 +116,14 @@ def test_a_worker_taken_back_mid_run_is_named_and_every_id_written_once(
                 capture_output=True, text=True, env=env, timeout=60)
             assert drained.returncode == 0, drained.stderr
             second = join_worker(head, cpus=2)
-            time.sleep(8)  # the driver's watch looks every 5 s
+            noticed_by = time.monotonic() + 8  # the driver's watch looks every 5 s
+            # The replacement is up before the spot node goes (a loaded machine starts
+            # a raylet in a minute or more; the notice gave 20 s).
+            joined_by = time.monotonic() + 240
+            while not set(node_ids(head)) - {first_id}:
+                assert time.monotonic() < joined_by, "the second worker did not join in 240 s"
+                time.sleep(1)
+            time.sleep(max(0.0, noticed_by - time.monotonic()))
             killed(first)
             stdout, stderr = run.communicate(timeout=420)
         finally:

@@ -102,7 +102,10 @@ def head_command(
 ) -> list[str]:
     """``ray start --head --block`` on the given ports, with every other fixed port free,
     and ``extra_args`` (e.g. ``--num-gpus=1``, ``--resources=...``)."""
-    client, agent_http, agent_grpc, metrics, runtime_env = free_ports(5)
+    # Drawn apart from the two given ports, which were free (and let go) a moment ago:
+    # drawn alone, one of them can come again and Ray refuses the pair.
+    client, agent_http, agent_grpc, metrics, runtime_env = [
+        port for port in free_ports(7) if port not in (gcs_port, dashboard_port)][:5]
     command = [
         ray_executable(),
         "start",
