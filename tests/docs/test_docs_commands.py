@@ -41,7 +41,8 @@ MARK = re.compile(r"^<!--\s*(not run|spec only|covered by|file):\s*(\S.*?)\s*-->
 SHELL = {"bash", "sh", "console"}
 
 # toolkit subcommands that start no Ray, need no network and no model download.
-OFFLINE = {"jobs", "new", "show", "plan", "render", "samples", "report", "--help", "--version"}
+OFFLINE = {"jobs", "new", "show", "plan", "render", "samples", "report", "cache", "--help",
+           "--version"}
 # These run the pipeline: worth it for a page's few smoke runs, checked as `show` elsewhere.
 PIPELINE = {"run", "retry"}
 # Flags of run/submit that `show` doesn't take, and whether each takes a value.
@@ -151,9 +152,9 @@ def problems(block: Block) -> list[str]:
 def starts_ray(argv: list[str]) -> bool:
     """A command besides run/submit that works on Ray (``show`` can't stand in for it),
     or on what a run wrote (``plan --from-run``: the runs before it were checked as
-    ``show``, so there is no pilot to read)."""
-    return argv[:2] == ["toolkit", "retry"] or argv[:2] == ["toolkit", "plan"] and (
-        "--tokens" in argv or "--from-run" in argv)
+    ``show``, so there is no pilot to read; ``cache``: the answers runs stored)."""
+    return argv[:2] in (["toolkit", "retry"], ["toolkit", "cache"]) or argv[:2] == [
+        "toolkit", "plan"] and ("--tokens" in argv or "--from-run" in argv)
 
 
 def as_spec_check(command: str) -> str:

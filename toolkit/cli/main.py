@@ -16,6 +16,7 @@ import click
 
 from toolkit.cli.cluster_commands import CLUSTER_COMMANDS
 from toolkit.cli.click_errors import interrupted, to_click
+from toolkit.cli.cache_command import cache_group
 from toolkit.cli.dashboard_command import dashboard_command
 from toolkit.cli.serve_command import serve_command
 from toolkit.cli.spec_options import (
@@ -371,6 +372,7 @@ for _command in CLUSTER_COMMANDS:
     main.add_command(_command)
 main.add_command(serve_command)
 main.add_command(dashboard_command)
+main.add_command(cache_group)
 
 
 if __name__ == "__main__":

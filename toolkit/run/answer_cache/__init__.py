@@ -8,5 +8,7 @@ them, and one model call per repeated prompt in a run.
   one per batch, in a local folder or on object storage;
 - :mod:`~toolkit.run.answer_cache.cache_steps`: the two steps around a stage's model
   (look up and collapse repeats before it; answer, expand and store after it);
-- :mod:`~toolkit.run.answer_cache.cache_counts`: what the summary says of them.
+- :mod:`~toolkit.run.answer_cache.cache_counts`: what the summary says of them;
+- :mod:`~toolkit.run.answer_cache.cache_upkeep`: what a cache holds, pruned to a size
+  or an age, or cleared (``toolkit cache``).
 """

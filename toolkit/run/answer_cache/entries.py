@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 #: What an entry file's name ends with; anything else in the folder is not read.
 ENTRY_SUFFIX = ".answers.json"
-_TEMPORARY = ".partial-"
+#: How a file being written starts (renamed to its entry name once whole).
+TEMPORARY_PREFIX = ".partial-"
 _FORMAT = 1
 
 
@@ -38,7 +39,7 @@ class AnswerEntries:
 
     def __init__(self, location: str) -> None:
         self.location = location
-        self.fs, self.root = _resolve(location)
+        self.fs, self.root = resolve_location(location)
         self.fs.create_dir(self.root, recursive=True)
         self._local = type(self.fs).__name__ == "LocalFileSystem"
         self._answers: dict[str, dict[str, Any]] = {}
@@ -64,7 +65,7 @@ class AnswerEntries:
             with self.fs.open_output_stream(name) as stream:
                 stream.write(content)
             return
-        partial = f"{self.root}/{_TEMPORARY}{uuid.uuid4().hex}"
+        partial = f"{self.root}/{TEMPORARY_PREFIX}{uuid.uuid4().hex}"
         try:
             with open(partial, "wb") as stream:
                 stream.write(content)
@@ -93,25 +94,30 @@ class AnswerEntries:
             self._answers.update(answers)
 
     def _read_file(self, path: str) -> tuple[str | None, dict[str, dict[str, Any]]]:
-        """(why the file can't be used, or None; its answers)."""
-        try:
-            with self.fs.open_input_stream(path) as stream:
-                content = stream.read()
-        except OSError as exc:
-            return f"unreadable: {exc}", {}
-        head, _, payload = content.partition(b"\n")
-        try:
-            header = json.loads(head)
-            if not isinstance(header, dict) or header.get("format") != _FORMAT:
-                return "not an entry file of this toolkit", {}
-            if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-                return "its content doesn't match its checksum: cut short or edited", {}
-            answers = json.loads(payload)
-        except ValueError as exc:
-            return f"not JSON: {exc}", {}
-        if not isinstance(answers, dict) or len(answers) != header.get("entries"):
-            return "not the entries its header names", {}
-        return None, answers
+        return read_entry_file(self.fs, path)
+
+
+def read_entry_file(fs: "pyarrow.fs.FileSystem", path: str
+                    ) -> tuple[str | None, dict[str, dict[str, Any]]]:
+    """(why the entry file at ``path`` can't be used, or None; its answers)."""
+    try:
+        with fs.open_input_stream(path) as stream:
+            content = stream.read()
+    except OSError as exc:
+        return f"unreadable: {exc}", {}
+    head, _, payload = content.partition(b"\n")
+    try:
+        header = json.loads(head)
+        if not isinstance(header, dict) or header.get("format") != _FORMAT:
+            return "not an entry file of this toolkit", {}
+        if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+            return "its content doesn't match its checksum: cut short or edited", {}
+        answers = json.loads(payload)
+    except ValueError as exc:
+        return f"not JSON: {exc}", {}
+    if not isinstance(answers, dict) or len(answers) != header.get("entries"):
+        return "not the entries its header names", {}
+    return None, answers
 
 
 _OPEN: dict[str, AnswerEntries] = {}
@@ -124,7 +130,7 @@ def cache_entries(location: str) -> AnswerEntries:
     return _OPEN[location]
 
 
-def _resolve(location: str) -> tuple["pyarrow.fs.FileSystem", str]:
+def resolve_location(location: str) -> tuple["pyarrow.fs.FileSystem", str]:
     """The filesystem and path of ``location``, as the run directory resolves
     ``data.output``: a URI by its scheme, else a local folder."""
     import pyarrow.fs
