@@ -302,3 +302,35 @@ def test_vllm_on_cpu_renders_cpu_workers(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(render(job_spec, tmp_path).text)
     [workers] = anyscale_job_config(tmp_path / "job.yaml").compute_config.worker_nodes
     assert workers.instance_type == "m5.2xlarge"
+
+
+OUT = {"data.output": "s3://bucket/out"}
+
+
+def test_a_local_answer_cache_is_refused_for_a_cluster_elsewhere(tmp_path: Path) -> None:
+    project = Path.cwd()
+    """Each node would keep its own answers: refused before anything is written or sent,
+    unless the folder is shared (object storage, cache.shared, Anyscale's storage)."""
+    job = load_job("text-industry")
+    with pytest.raises(SpecError) as refused:
+        prepare_submission(job, spec(**{"cache.dir": "answers", **OUT}), target="ray",
+                           working_dir=project)
+    assert str(refused.value).startswith("cache.dir 'answers' is a relative path: on a "
+                                         "cluster that is not on this machine each node")
+    assert "--set cache.shared=true" in refused.value.hint
+    assert list(project.iterdir()) == []  # nothing staged
+    for shared in ({"cache.dir": "s3://bucket/answers"},
+                   {"cache.dir": "/nfs/answers", "cache.shared": True}):
+        submission = prepare_submission(job, spec(**shared, **OUT), target="ray", working_dir=project)
+        assert submission.spec.cache.dir == shared["cache.dir"]
+    prepare_submission(job, spec(**{"cache.dir": "/mnt/cluster_storage/answers"}),
+                       target="anyscale", working_dir=project)
+    # On this machine a local folder is every node's.
+    prepare_submission(job, spec(**{"cache.dir": "answers"}), target="ray", local=True,
+                       working_dir=project)
+
+    rendered = CliRunner().invoke(main, [*EXAMPLE_ARGS, "--cache", "/data/answers", "-o",
+                                         str(tmp_path / "job.yaml")])
+    assert rendered.exit_code == 2
+    assert rendered.stderr.startswith("Error: cache.dir '/data/answers' is a local path")
+    assert not (tmp_path / "job.yaml").exists()

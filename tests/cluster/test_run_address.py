@@ -388,3 +388,21 @@ def test_output_warning_for_a_cluster_elsewhere() -> None:
     assert "on their own disks, not on this machine" in relative
     assert "a local path" in (output_location_warning("/data/out", "run") or "")
     assert output_location_warning("s3://bucket/out", "run") is None
+
+
+def test_a_run_joining_a_cluster_elsewhere_refuses_a_local_answer_cache() -> None:
+    from types import SimpleNamespace
+
+    from toolkit.run.driver import check_cache_reaches_every_node
+    from toolkit.spec.models import CacheConfig
+
+    def plan(**cache: object) -> SimpleNamespace:  # what the check reads of a RunPlan
+        return SimpleNamespace(spec=SimpleNamespace(cache=CacheConfig(**cache)))
+
+    with pytest.raises(SpecError) as refused:
+        check_cache_reaches_every_node(plan(dir="/home/me/answers"), on_this_machine=False)
+    assert "cache.dir '/home/me/answers' is a local path" in str(refused.value)
+    assert str(refused.value).endswith("Nothing was run.")
+    check_cache_reaches_every_node(plan(dir="/home/me/answers"), on_this_machine=True)
+    check_cache_reaches_every_node(plan(dir="/nfs/answers", shared=True), on_this_machine=False)
+    check_cache_reaches_every_node(plan(dir="gs://b/answers"), on_this_machine=False)

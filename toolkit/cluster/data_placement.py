@@ -30,7 +30,13 @@ from pathlib import Path
 
 from toolkit.cluster.upload import Upload, mib
 from toolkit.errors import SpecError
-from toolkit.run.output.location import SHARED_STORAGE_PREFIXES, is_remote_path, output_location_warning
+from toolkit.run.output.location import (
+    CACHE_LOCATION_HINT,
+    SHARED_STORAGE_PREFIXES,
+    cache_location_problem,
+    is_remote_path,
+    output_location_warning,
+)
 from toolkit.spec.models import SAMPLE_PREFIX, JobSpec
 
 #: Anyscale sets this on every cluster: the cloud's durable storage for a job's files.
@@ -86,7 +92,8 @@ def place_for_remote(spec: JobSpec, upload: Upload, target: str,
             submitted later, so there a missing one is a warning.
 
     Raises:
-        SpecError: a local input the upload doesn't carry; on Ray, a relative output.
+        SpecError: a local input the upload doesn't carry; on Ray, a relative output;
+            an answer cache in a folder only one node has.
     """
     spec = spec.model_copy(deep=True)
     notes, warnings = [], []
@@ -117,6 +124,10 @@ def place_for_remote(spec: JobSpec, upload: Upload, target: str,
         warning = output_location_warning(output, target)
         if warning:
             warnings.append(warning)
+    if spec.cache is not None:
+        problem = cache_location_problem(spec.cache.dir, spec.cache.shared, target)
+        if problem is not None:
+            raise SpecError(f"{problem} Nothing was sent.", hint=CACHE_LOCATION_HINT)
     return Placement(spec, [], notes, warnings)
 
 

@@ -34,6 +34,7 @@ from toolkit.errors import (
 )
 from toolkit.run.input.identity import InputChanged
 from toolkit.run.metrics.recorder import recording_metrics
+from toolkit.run.output.location import CACHE_LOCATION_HINT, cache_location_problem
 from toolkit.run.output.run_directory import RunState
 from toolkit.run.output.summary import NodeTakenBack, RunSummary, save_summary
 from toolkit.run.output.write_failure import failed_write_errno, failed_writes_explained
@@ -306,6 +307,7 @@ def _run_on_ray(
 
     with output_to(log_file, job.name), progress:
         connection = connect_ray(address, output=plan.data.output, dashboard=dashboard)
+        check_cache_reaches_every_node(plan, connection.on_this_machine)
         stop_watch = watch_cluster(connection, plan, observer)
         node_watch, stop_nodes = watch_nodes(connection, observer, reporter)
         try:
@@ -393,6 +395,21 @@ def check_runs_locally(stages: EngineStages) -> None:
                 "beside a CPU-only torch and can't be imported.",
                 hint=uninstall_hint(mismatched),
             )
+
+
+def check_cache_reaches_every_node(plan: RunPlan, on_this_machine: bool) -> None:
+    """Refuse an answer cache in a local folder for a cluster that is not on this
+    machine, where each node would keep its own answers (unless ``cache.shared``).
+
+    Raises:
+        SpecError: such a cache (exit 2, before any row is read).
+    """
+    cache = plan.spec.cache
+    if on_this_machine or cache is None:
+        return
+    problem = cache_location_problem(cache.dir, cache.shared, "run")
+    if problem is not None:
+        raise SpecError(f"{problem} Nothing was run.", hint=CACHE_LOCATION_HINT)
 
 
 def fit_pools_to_this_machine(stages: StagesT, cpus: float) -> tuple[StagesT, list[str]]:

@@ -265,6 +265,12 @@ class CacheConfig(StrictModel):
         description="Cache sampled answers too (temperature above 0 without a seed): a "
         "rerun then repeats the first run's sample instead of drawing a new one. Off, "
         "only repeatable answers (greedy, or a fixed seed) are cached.")
+    shared: bool = Field(
+        False,
+        description="The local folder in dir is on storage every node mounts at the same "
+        "path (NFS, EFS): a run on a cluster that is not on this machine (submit, render, "
+        "run --address) may then use it. Off, such a run refuses a local folder, where "
+        "each node would keep its own answers.")
 
 
 def _market_type(value: Any) -> Any:

@@ -49,6 +49,7 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     # where the answer cache is doesn't change an answer (whether there is one does:
     # its rows say answered_by)
     "cache.dir",
+    "cache.shared",
 )
 #: vLLM engine arguments that only change speed or memory, never a token.
 RESULT_NEUTRAL_ENGINE_KWARGS: tuple[str, ...] = (

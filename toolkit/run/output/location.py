@@ -65,3 +65,24 @@ def output_location_warning(output: str, target: str) -> str | None:
         )
         suggestion = _SHARED_SUGGESTION
     return f"data.output {output!r} is {kind}: {where}. Use {suggestion}."
+
+
+def cache_location_problem(cache_dir: str, shared: bool, target: str) -> str | None:
+    """Why an answer cache at ``cache_dir`` can't serve a run on a cluster that is not on
+    this machine (``target`` as :func:`output_location_warning`'s), or None: object
+    storage, a folder the user says every node mounts (``shared``), or Anyscale's
+    shared storage."""
+    if is_remote_path(cache_dir) or shared:
+        return None
+    if target == "anyscale" and cache_dir.startswith(SHARED_STORAGE_PREFIXES):
+        return None
+    kind = "a relative path" if not os.path.isabs(os.path.expanduser(cache_dir)) else "a local path"
+    return (f"cache.dir {cache_dir!r} is {kind}: on a cluster that is not on this machine "
+            "each node would keep the answers it stored on its own disk, so a rerun finds "
+            "only those of the node that happens to run each row, and they go with the node.")
+
+
+#: What to do instead, for :func:`cache_location_problem`.
+CACHE_LOCATION_HINT = ("Keep the answers where every node reads and writes them: --cache "
+                       "s3://<bucket>/<dir> (or gs://), or a folder every node mounts at the "
+                       "same path with --set cache.shared=true; or run without --cache.")
