@@ -132,3 +132,18 @@ def test_sizes_are_read_as_written(text: str, size: int) -> None:
 def test_sizes_are_said_in_the_units_people_read() -> None:
     assert [format_size(n) for n in (12, 340_000, 1_234_000_000)] == [
         "12 bytes", "340.0 kB", "1.2 GB"]
+
+
+def test_cache_alone_means_the_default_folder_and_toolkit_cache_looks_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "toolkit-cache"))
+    default = tmp_path / "toolkit-cache" / "answers"
+
+    shown = toolkit("show", "text-industry", "--cache", "--rows", "10", cwd=tmp_path)
+
+    assert shown.returncode == 0, shown.stderr
+    assert f"cache:\n  dir: {default}\n" in shown.stdout
+    AnswerEntries(str(default)).store({"k" * 8: answer("yes")})
+    looked = toolkit("cache", "show", cwd=tmp_path)
+    assert looked.returncode == 0, looked.stderr
+    assert looked.stdout.startswith(f"{default}: 1 answers in 1 files")

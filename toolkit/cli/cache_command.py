@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from toolkit.cli.spec_options import default_answer_cache
 from toolkit.errors import SpecError
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?$")
 _UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
           "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
 
-LOCATION = click.argument("location", metavar="DIR")
+LOCATION = click.argument("location", metavar="[DIR]", required=False)
 
 
 def parse_size(text: str) -> int:
@@ -50,6 +51,8 @@ def _no_cache(location: str) -> SpecError:
 @click.group("cache")
 def cache_group() -> None:
     """Show what an answer cache holds, and prune or clear it (see docs/cache.md).
+    DIR: the cache's folder or s3://, gs:// prefix; left out, the one --cache alone uses
+    ($TOOLKIT_CACHE_DIR/answers, else ~/.cache/batch-llm-toolkit/answers).
 
     \b
       toolkit cache show ~/.toolkit-answers
@@ -63,9 +66,11 @@ def cache_group() -> None:
 
 @cache_group.command("show")
 @LOCATION
-def cache_show(location: str) -> None:
+def cache_show(location: str | None) -> None:
     """Say how many answers DIR holds, in how many files and bytes, and which are damaged."""
     from toolkit.run.answer_cache.cache_upkeep import cache_contents
+
+    location = location or default_answer_cache()
 
     try:
         contents = cache_contents(location)
@@ -88,11 +93,13 @@ def cache_show(location: str) -> None:
               "500MB, 10GB, 2GiB.")
 @click.option("--older-than", metavar="AGE",
               help="Remove answers written longer ago than this: 90d, 12h.")
-def cache_prune(location: str, max_size: str | None, older_than: str | None) -> None:
+def cache_prune(location: str | None, max_size: str | None, older_than: str | None) -> None:
     """Remove damaged files, answers older than --older-than, then the oldest until DIR
     fits --max-size."""
     from toolkit.cluster.estimate.markets import parse_duration
     from toolkit.run.answer_cache.cache_upkeep import prune_cache
+
+    location = location or default_answer_cache()
 
     try:
         size = parse_size(max_size) if max_size is not None else None
@@ -113,9 +120,11 @@ def cache_prune(location: str, max_size: str | None, older_than: str | None) -> 
 @LOCATION
 @click.option("--yes", is_flag=True, help="Remove them: without it, clear only says what it "
               "would remove.")
-def cache_clear(location: str, yes: bool) -> None:
+def cache_clear(location: str | None, yes: bool) -> None:
     """Remove every answer in DIR (the cache's own files only)."""
     from toolkit.run.answer_cache.cache_upkeep import cache_contents, clear_cache
+
+    location = location or default_answer_cache()
 
     try:
         if not yes:

@@ -33,6 +33,18 @@ SPEC_FLAGS: dict[str, str] = {
 }
 
 
+#: What ``--cache`` given alone stands for: :func:`default_answer_cache`.
+DEFAULT_CACHE = "<default answer cache>"
+
+
+def default_answer_cache() -> str:
+    """Where ``--cache`` alone keeps answers: ``$TOOLKIT_CACHE_DIR/answers``, else
+    ``~/.cache/batch-llm-toolkit/answers`` (beside the toolkit's other caches)."""
+    from toolkit.cluster.backends.local_head import cache_dir
+
+    return str(cache_dir() / "answers")
+
+
 #: ``--check-tokens`` of run and submit.
 CHECK_TOKENS_HELP = ("Before any model loads, count every input row's prompt tokens with the "
                      "model's tokenizer (as toolkit plan --tokens does) and refuse the run if a "
@@ -95,10 +107,12 @@ def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--escalate-below", type=float, metavar="CONFIDENCE",
                      help="With --cascade-model: a row whose answer's confidence is under "
                           "this (0-1] goes on to the big model."),
-        click.option("--cache", metavar="DIR",
+        click.option("--cache", metavar="[DIR]", is_flag=False, flag_value=DEFAULT_CACHE,
                      help="Answer cache (cache.dir): a folder or s3://... A row answered "
                           "before with the same prompt, model and settings is answered "
-                          "from it, without the model; new answers are added to it."),
+                          "from it, without the model; new answers are added to it. "
+                          "--cache alone: $TOOLKIT_CACHE_DIR/answers, else "
+                          "~/.cache/batch-llm-toolkit/answers."),
         click.option("--smoke", is_flag=True,
                      help="Offline check: generated input and a tiny random-weight model on "
                           "one CPU worker (results are not meaningful)."),
@@ -120,6 +134,8 @@ def load_spec_from_flags(job_name: str, spec_file: Path | None, sets: tuple[str,
     from toolkit.spec.loading import load_job_spec
 
     job = load_job(job_name)
+    if flags.get("cache") == DEFAULT_CACHE:
+        flags = {**flags, "cache": default_answer_cache()}
     # A repeatable flag not given is an empty tuple: not given either.
     overrides = {SPEC_FLAGS[name]: list(value) if isinstance(value, tuple) else value
                  for name, value in flags.items() if value is not None and value != ()}
