@@ -140,9 +140,9 @@ def cache_clear(location: str | None, yes: bool) -> None:
 
 
 def _say_removed(location: str, removed: Removed) -> None:
-    left = removed.left
-    click.echo(f"Removed {removed.answers:,} answers in {len(removed.files):,} files "
-               f"({format_size(removed.size)}) from {location}; {left.answers:,} answers in "
+    gone, left = removed.gone, removed.left
+    click.echo(f"Removed {gone.answers:,} answers in {len(gone.files):,} files "
+               f"({format_size(gone.size)}) from {location}; {left.answers:,} answers in "
                f"{len(left.files):,} files ({format_size(left.size)}) are left.")
 
 

@@ -62,18 +62,10 @@ class CacheContents:
 
 @dataclass(frozen=True)
 class Removed:
-    """What a prune or a clear removed, and what is left."""
+    """What a prune or a clear removed (``gone``), and what is left."""
 
-    files: tuple[EntryFile, ...]
+    gone: CacheContents
     left: CacheContents
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
-
-    @property
-    def answers(self) -> int:
-        return sum(f.answers for f in self.files)
 
 
 def cache_contents(location: str, *, now: float | None = None) -> CacheContents:
@@ -141,4 +133,4 @@ def _removed(location: str, contents: CacheContents, doomed: list[EntryFile],
             pass  # another prune got there first: gone all the same
         gone.append(entry)
     left = CacheContents(location, tuple(f for f in contents.files if f not in gone))
-    return Removed(tuple(gone), left)
+    return Removed(CacheContents(location, tuple(gone)), left)
