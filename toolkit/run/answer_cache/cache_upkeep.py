@@ -13,6 +13,7 @@ that read one keeps its answer, and one that didn't answers that prompt again.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -102,35 +103,32 @@ def prune_cache(location: str, *, max_size: int | None = None,
     the oldest until the rest take at most ``max_size`` bytes."""
     now = time.time() if now is None else now
     contents = cache_contents(location, now=now)
-    doomed = [f for f in contents.files if f.problem is not None
-              or (older_than_s is not None and now - f.modified > older_than_s)]
+    doomed = {f.path for f in contents.files if f.problem is not None
+              or (older_than_s is not None and now - f.modified > older_than_s)}
     if max_size is not None:
-        size = contents.size - sum(f.size for f in doomed)
+        size = contents.size - sum(f.size for f in contents.files if f.path in doomed)
         for entry in contents.files:  # oldest first
             if size <= max_size:
                 break
-            if entry not in doomed:
-                doomed.append(entry)
+            if entry.path not in doomed:
+                doomed.add(entry.path)
                 size -= entry.size
-    return _removed(location, contents, doomed, now)
+    return _removed(location, contents, doomed)
 
 
 def clear_cache(location: str, *, now: float | None = None) -> Removed:
     """Remove every entry file (and left-over temporary file) under ``location``."""
     now = time.time() if now is None else now
     contents = cache_contents(location, now=now)
-    return _removed(location, contents, list(contents.files), now)
+    return _removed(location, contents, {f.path for f in contents.files})
 
 
-def _removed(location: str, contents: CacheContents, doomed: list[EntryFile],
-             now: float) -> Removed:
+def _removed(location: str, contents: CacheContents, doomed: set[str]) -> Removed:
+    """Delete the files of ``contents`` whose paths are ``doomed``."""
     fs, _ = resolve_location(location)
-    gone = []
-    for entry in doomed:
-        try:
-            fs.delete_file(entry.path)
-        except FileNotFoundError:
-            pass  # another prune got there first: gone all the same
-        gone.append(entry)
-    left = CacheContents(location, tuple(f for f in contents.files if f not in gone))
-    return Removed(CacheContents(location, tuple(gone)), left)
+    for path in doomed:
+        with contextlib.suppress(FileNotFoundError):  # another prune got there first
+            fs.delete_file(path)
+    return Removed(CacheContents(location, tuple(f for f in contents.files if f.path in doomed)),
+                   CacheContents(location, tuple(f for f in contents.files
+                                                 if f.path not in doomed)))
